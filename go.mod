@@ -1,0 +1,3 @@
+module github.com/rationhq/ration
+
+go 1.26.8
