@@ -1,0 +1,104 @@
+package spender
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrRateLimited is matched (errors.Is) by every *RejectError that a
+	// later retry can satisfy: the budget is short now and RetryAfter says
+	// for how long.
+	ErrRateLimited = errors.New("spender: rate limited")
+
+	// ErrExceedsCapacity is matched (errors.Is) by a *RejectError whose
+	// cost can never be admitted: it is above the bucket's capacity in
+	// some dimension. Retrying does not help; RetryAfter is 0.
+	ErrExceedsCapacity = errors.New("spender: cost exceeds capacity")
+
+	// ErrInvalidKey is returned when a key is empty or longer than MaxKeyLen.
+	ErrInvalidKey = errors.New("spender: invalid key")
+
+	// ErrInvalidCost is returned when a cost has a negative field.
+	ErrInvalidCost = errors.New("spender: invalid cost")
+
+	// ErrInvalidLimits is returned when limits are negative or too large
+	// for exact arithmetic.
+	ErrInvalidLimits = errors.New("spender: invalid limits")
+)
+
+// MaxKeyLen is the longest key, in bytes, that the Limiter accepts.
+const MaxKeyLen = 512
+
+// RejectError is returned when a cost is not admitted. It never reserves
+// anything.
+//
+// When the budget is merely short, RetryAfter is the exact wait until the
+// cost is covered in every dimension (computed from the bucket state, not a
+// constant) and the error matches ErrRateLimited. When the cost can never
+// fit (it is above a bucket's capacity), Oversize is true, RetryAfter is 0
+// and the error matches ErrExceedsCapacity.
+type RejectError struct {
+	RetryAfter time.Duration // exact wait until the cost is covered; 0 when Oversize
+	Status     Status        // the key's budget at the rejection
+	Dimension  Dimension     // the budget that was short (the longer wait when both were)
+	Oversize   bool          // the cost exceeds the capacity of Dimension and can never be admitted
+	Cost       Cost          // the cost that was asked for
+}
+
+// Error describes which budget ran out and when to come back.
+func (e *RejectError) Error() string {
+	if e.Oversize {
+		return fmt.Sprintf("spender: cost of %d %s exceeds the limit of %d per minute and can never be admitted",
+			e.dimCost(), e.Dimension, e.dimLimit())
+	}
+	return fmt.Sprintf("spender: rate limited on %s: %d requested, %d remaining; retry after %v",
+		e.Dimension, e.dimCost(), e.dimRemaining(), e.RetryAfter)
+}
+
+// Unwrap returns ErrExceedsCapacity or ErrRateLimited.
+func (e *RejectError) Unwrap() error {
+	if e.Oversize {
+		return ErrExceedsCapacity
+	}
+	return ErrRateLimited
+}
+
+func (e *RejectError) dimCost() int64 {
+	if e.Dimension == Requests {
+		return e.Cost.Requests
+	}
+	return e.Cost.Tokens
+}
+
+func (e *RejectError) dimLimit() int64 {
+	if e.Dimension == Requests {
+		return e.Status.LimitRequests
+	}
+	return e.Status.LimitTokens
+}
+
+func (e *RejectError) dimRemaining() int64 {
+	if e.Dimension == Requests {
+		return e.Status.RemainingRequests
+	}
+	return e.Status.RemainingTokens
+}
+
+// RetryAfterSeconds converts a wait to the Retry-After header's whole
+// seconds: rounded up, so a client never comes back before the budget
+// exists, and at least 1, so a sub-second wait does not read "retry now".
+func RetryAfterSeconds(d time.Duration) int {
+	if d <= time.Second {
+		return 1
+	}
+	s := d / time.Second
+	if d%time.Second != 0 {
+		s++
+	}
+	if s > 1<<31-1 {
+		return 1<<31 - 1
+	}
+	return int(s)
+}
