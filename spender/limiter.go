@@ -1,0 +1,259 @@
+package spender
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/rationhq/ration/bucket"
+)
+
+// Limiter enforces each key's RPM and TPM budgets. It is safe for
+// concurrent use by many goroutines; keys are spread over lock shards, so
+// requests for different keys rarely contend and no decision takes a global
+// lock.
+//
+// The verbs form one family:
+//   - Reserve admits a cost now or returns a *RejectError with the exact
+//     wait. Most HTTP callers want this: they answer 429 with Retry-After.
+//   - ReserveAt is wait mode: it answers with the time the caller may send
+//     (now, or later), reserving at once so the next caller sees it, and
+//     refuses without reserving when that time is further than maxWait.
+//   - The returned Reservation is settled with the actual usage (Settle) or
+//     returned whole (Cancel) once the response is known; exactly one of
+//     the two counts.
+//
+// A key's limits come with every call; a dimension with rate 0 is
+// unlimited. Bad input (an empty or over-long key, a negative cost, limits
+// that are negative or too large for exact arithmetic) gets an error
+// wrapping ErrInvalidKey, ErrInvalidCost or ErrInvalidLimits and changes no
+// state. Memory is bounded by the keys active within the last
+// refill-to-full period (see WithSweepInterval).
+type Limiter struct {
+	clock  Clock
+	epoch  time.Time // Instant 0; taken from the clock at New
+	seed   maphash.Seed
+	shards []shard
+	mask   uint64
+	sweep  time.Duration
+}
+
+// shard is one lock and the keys hashed to it.
+type shard struct {
+	mu sync.Mutex // guards everything below and every keyState in keys
+	// keys holds the state of every key with a bucket that is not full
+	// (and, until the next sweep, some that are).
+	keys     map[string]*keyState
+	sweepAt  bucket.Instant // sweep when the clock reaches this
+	sweepLen int            // or when len(keys) reaches this
+	_        [32]byte       // keep shards on separate cache lines
+}
+
+const minSweepLen = 64
+
+// New returns a standalone Limiter that keeps every bucket in this process
+// and reads the time from clock (nil means SystemClock).
+func New(clock Clock, opts ...Option) *Limiter {
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	l := &Limiter{
+		clock:  clock,
+		epoch:  clock.Now(),
+		seed:   maphash.MakeSeed(),
+		shards: make([]shard, cfg.shards),
+		mask:   uint64(cfg.shards - 1),
+		sweep:  cfg.sweep,
+	}
+	for i := range l.shards {
+		l.shards[i].keys = make(map[string]*keyState)
+		l.shards[i].sweepAt = bucket.Instant(0).Add(cfg.sweep)
+		l.shards[i].sweepLen = minSweepLen
+	}
+	return l
+}
+
+// Reserve admits cost c for key now, or returns a *RejectError carrying the
+// exact wait until c is covered in every dimension (RetryAfter) and the
+// key's status. A cost above a bucket's capacity is rejected with Oversize
+// set and no RetryAfter. It never blocks and never touches the network.
+// ctx is not consulted by the standalone Limiter.
+func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, c Cost) (Reservation, error) {
+	r, _, err := l.reserve(key, lim, c, 0)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// ReserveAt is wait mode (seed 002): it reserves c for key at the earliest
+// time it is covered and returns that time (the clock's now when it already
+// is). The reservation is made at once, so the key's level may go negative
+// and the next caller is told a later time. When the time would be later
+// than now+maxWait, ReserveAt reserves nothing and returns a *RejectError
+// whose RetryAfter is the wait that would have been needed. A negative
+// maxWait counts as 0.
+func (l *Limiter) ReserveAt(ctx context.Context, key string, lim Limits, c Cost, maxWait time.Duration) (Reservation, time.Time, error) {
+	r, at, err := l.reserve(key, lim, c, max(0, maxWait))
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return r, at, nil
+}
+
+// reserve is Reserve (maxWait 0) and ReserveAt.
+func (l *Limiter) reserve(key string, lim Limits, c Cost, maxWait time.Duration) (Reservation, time.Time, error) {
+	if key == "" || len(key) > MaxKeyLen {
+		return nil, time.Time{}, fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	if c.Requests < 0 || c.Tokens < 0 {
+		return nil, time.Time{}, fmt.Errorf("%w: %+v has a negative field", ErrInvalidCost, c)
+	}
+	if lim.RPM == 0 && lim.TPM == 0 {
+		if lim.BurstRequests < 0 || lim.BurstTokens < 0 {
+			return nil, time.Time{}, validateLimits(lim)
+		}
+		return unlimited{}, l.clock.Now(), nil
+	}
+	now := l.clock.Now()
+	inst := bucket.InstantOf(l.epoch, now)
+	sh := &l.shards[maphash.String(l.seed, key)&l.mask]
+
+	sh.mu.Lock()
+	if inst >= sh.sweepAt || len(sh.keys) >= sh.sweepLen {
+		l.sweepLocked(sh, inst)
+	}
+	st, err := sh.lookupLocked(key, lim, inst)
+	if err != nil {
+		sh.mu.Unlock()
+		return nil, time.Time{}, err
+	}
+	st.advance(inst)
+	w, dim, fits := st.wait(c)
+	if !fits || w > maxWait {
+		rej := &RejectError{RetryAfter: w, Status: st.status(), Dimension: dim, Oversize: !fits, Cost: c}
+		sh.mu.Unlock()
+		return nil, time.Time{}, rej
+	}
+	st.take(c)
+	r := &reservation{l: l, sh: sh, st: st, key: key, cost: c, status: st.status()}
+	sh.mu.Unlock()
+	if w > 0 {
+		now = now.Add(w)
+	}
+	return r, now, nil
+}
+
+// lookupLocked returns key's state, creating it full or making it follow
+// changed limits. It validates limits only when they differ from the
+// stored ones, so the steady state pays one comparison.
+func (sh *shard) lookupLocked(key string, lim Limits, now bucket.Instant) (*keyState, error) {
+	st := sh.keys[key]
+	if st != nil && st.lim == lim {
+		return st, nil
+	}
+	if err := validateLimits(lim); err != nil {
+		return nil, err
+	}
+	if st == nil {
+		st = newKeyState(lim, now)
+		sh.keys[key] = st
+		return st, nil
+	}
+	st.setLimits(lim, now)
+	return st, nil
+}
+
+// sweepLocked drops the state of every key in sh whose buckets are full at
+// now, and schedules the next sweep.
+func (l *Limiter) sweepLocked(sh *shard, now bucket.Instant) {
+	for k, st := range sh.keys {
+		if st.fullAt() <= now {
+			st.dead = true
+			delete(sh.keys, k)
+		}
+	}
+	sh.sweepAt = now.Add(l.sweep)
+	sh.sweepLen = max(2*len(sh.keys), minSweepLen)
+}
+
+// Keys returns the number of keys whose state the Limiter currently holds.
+// Keys whose buckets are full are dropped at the next sweep, so this is
+// bounded by the keys active in the last refill-to-full period plus the
+// sweep interval.
+func (l *Limiter) Keys() int {
+	n := 0
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		n += len(sh.keys)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// reservation is a standalone Limiter's Reservation.
+type reservation struct {
+	l      *Limiter
+	sh     *shard
+	st     *keyState // may be dropped (dead) by a sweep before settlement
+	key    string
+	cost   Cost
+	status Status // immutable after creation
+	done   bool   // guarded by sh.mu
+}
+
+func (r *reservation) Status() Status { return r.status }
+
+func (r *reservation) Cancel() { r.Settle(Cost{}) }
+
+func (r *reservation) Settle(actual Cost) {
+	actual.Requests, actual.Tokens = max(0, actual.Requests), max(0, actual.Tokens)
+	refund := Cost{Requests: r.cost.Requests - actual.Requests, Tokens: r.cost.Tokens - actual.Tokens}
+	r.sh.mu.Lock()
+	defer r.sh.mu.Unlock()
+	if r.done {
+		return
+	}
+	r.done = true
+	st := r.st
+	overrun := refund.Requests < 0 || refund.Tokens < 0
+	if !overrun && !st.dead {
+		// Giving back needs no refill first (see bucket.Give), so the
+		// common settlement reads no clock.
+		st.give(refund)
+		return
+	}
+	// An overrun is charged at the current instant, after the refill up to
+	// it. A state dropped by a sweep was full; the key's live state (made
+	// anew, full, if there is none) is where the adjustment belongs.
+	now := bucket.InstantOf(r.l.epoch, r.l.clock.Now())
+	if st.dead {
+		if live := r.sh.keys[r.key]; live != nil {
+			st = live
+		} else {
+			st = newKeyState(st.lim, now) // st.lim was validated when stored
+			r.sh.keys[r.key] = st
+		}
+	}
+	if overrun {
+		st.advance(now)
+	}
+	// Each dimension is either refunded or charged, never both.
+	st.give(Cost{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
+	st.take(Cost{Requests: max(0, -refund.Requests), Tokens: max(0, -refund.Tokens)})
+}
+
+// unlimited is the Reservation for a key with no limited dimension: it
+// holds nothing and its Status is all zeros.
+type unlimited struct{}
+
+func (unlimited) Settle(Cost)    {}
+func (unlimited) Cancel()        {}
+func (unlimited) Status() Status { return Status{} }
