@@ -2,8 +2,8 @@ package bucket
 
 import (
 	"math/big"
-	"sort"
 	"math/rand/v2"
+	"sort"
 	"testing"
 	"time"
 
