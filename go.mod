@@ -1,3 +1,8 @@
 module github.com/rationhq/ration
 
 go 1.26.8
+
+require (
+	connectrpc.com/connect/v2 v2.0.2
+	google.golang.org/protobuf v1.36.12
+)
