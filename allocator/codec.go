@@ -1,0 +1,310 @@
+package allocator
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rationhq/ration/bucket"
+)
+
+// Record formats (version 1). Every record starts with its version byte;
+// integers are varints. A record that fails to decode or validate is not
+// vouched for: its key starts empty (invariant 5), its session is dropped.
+const recordVersion = 1
+
+var errCorrupt = errors.New("corrupt record")
+
+type enc struct{ b []byte }
+
+func (e *enc) u(v uint64)  { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) i(v int64)   { e.b = binary.AppendVarint(e.b, v) }
+func (e *enc) byte(v byte) { e.b = append(e.b, v) }
+func (e *enc) str(s string) {
+	e.u(uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+func (e *enc) amount(a Amount)     { e.i(a.Requests); e.i(a.Tokens) }
+func (e *enc) dur(d time.Duration) { e.i(int64(d)) }
+
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) fail() {
+	if d.err == nil {
+		d.err = errCorrupt
+	}
+	d.b = nil
+}
+
+func (d *dec) u() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) i() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) byte() byte {
+	if len(d.b) == 0 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *dec) str(max int) string {
+	n := d.u()
+	if n > uint64(max) || n > uint64(len(d.b)) {
+		d.fail()
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *dec) amount() Amount {
+	a := Amount{Requests: d.i(), Tokens: d.i()}
+	if a.Requests < 0 || a.Tokens < 0 {
+		d.fail()
+	}
+	return a
+}
+
+func (d *dec) dur() time.Duration { return time.Duration(d.i()) }
+
+// count reads a list length, refusing one longer than max.
+func (d *dec) count(max int) int {
+	n := d.u()
+	if n > uint64(max) {
+		d.fail()
+		return 0
+	}
+	return int(n)
+}
+
+func (d *dec) done() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.err = errCorrupt
+	}
+	return d.err
+}
+
+const (
+	flagFresh = 1 << iota // limits unknown; buckets start empty at emptyFrom
+)
+
+const maxHoldsPerKey = 1 << 20
+
+func encodeKey(e *enc, k *keyState) {
+	e.byte(recordVersion)
+	if k.fresh {
+		e.byte(flagFresh)
+		e.i(int64(k.emptyFrom))
+		return
+	}
+	e.byte(0)
+	e.i(k.lim.RPM)
+	e.i(k.lim.TPM)
+	e.i(k.lim.BurstRequests)
+	e.i(k.lim.BurstTokens)
+	for _, d := range []*dim{&k.req, &k.tok} {
+		if d.on {
+			s := d.b.State()
+			e.i(s.Level)
+			e.i(int64(s.Last))
+		}
+	}
+	e.u(uint64(len(k.holds)))
+	for i := range k.holds {
+		h := &k.holds[i]
+		e.str(h.spender)
+		e.u(h.epoch)
+		e.u(h.lastSeq)
+		e.amount(h.held)
+		e.amount(h.rate)
+		e.i(int64(h.expiry))
+	}
+}
+
+func decodeKey(b []byte) (*keyState, error) {
+	d := &dec{b: b}
+	if d.byte() != recordVersion {
+		return nil, fmt.Errorf("allocator: key record version: %w", errCorrupt)
+	}
+	k := &keyState{}
+	if flags := d.byte(); flags&flagFresh != 0 {
+		k.fresh = true
+		k.emptyFrom = bucket.Instant(d.i())
+		if k.emptyFrom == 0 {
+			d.fail()
+		}
+		return k, d.done()
+	}
+	k.lim = Limits{RPM: d.i(), TPM: d.i(), BurstRequests: d.i(), BurstTokens: d.i()}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if err := validateLimits(0, k.lim); err != nil || (k.lim.RPM == 0 && k.lim.TPM == 0) {
+		return nil, fmt.Errorf("allocator: key record limits: %w", errCorrupt)
+	}
+	for _, x := range []struct {
+		d           *dim
+		rate, burst int64
+	}{{&k.req, k.lim.RPM, k.lim.BurstRequests}, {&k.tok, k.lim.TPM, k.lim.BurstTokens}} {
+		lim, on := dimLimit(x.rate, x.burst)
+		if !on {
+			continue
+		}
+		st := bucket.State{Level: d.i(), Last: bucket.Instant(d.i())}
+		if d.err != nil {
+			return nil, d.err
+		}
+		b, err := bucket.FromState(lim, st)
+		if err != nil {
+			return nil, fmt.Errorf("allocator: key record bucket: %w", errors.Join(errCorrupt, err))
+		}
+		*x.d = dim{on: true, b: b}
+	}
+	n := d.count(maxHoldsPerKey)
+	k.holds = make([]holding, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		h := holding{spender: d.str(MaxSpenderIDLen), epoch: d.u(), lastSeq: d.u(), held: d.amount(), rate: d.amount(), expiry: bucket.Instant(d.i())}
+		if h.spender == "" || h.epoch == 0 {
+			d.fail()
+		}
+		k.holds = append(k.holds, h)
+	}
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func encodeSession(e *enc, s *session) {
+	e.byte(recordVersion)
+	e.u(s.epoch)
+	e.u(s.seq)
+	e.b = binary.LittleEndian.AppendUint64(e.b, uint64(s.digest))
+	e.byte(byte(s.kind))
+	if s.released {
+		e.byte(1)
+	} else {
+		e.byte(0)
+	}
+	e.i(int64(s.seen))
+	switch r := s.reply.(type) {
+	case *AcquireReply:
+		e.dur(r.LeaseTTL)
+		e.u(uint64(len(r.Keys)))
+		for i := range r.Keys {
+			x := &r.Keys[i]
+			e.byte(byte(x.Status))
+			e.amount(x.Granted)
+			e.amount(x.Returned)
+			e.amount(x.Held)
+			e.dur(x.RetryAfter)
+			encodeSnapshot(e, &x.Snapshot)
+			e.u(uint64(x.ActiveSpenders))
+		}
+	case *ReserveReply:
+		e.dur(r.LeaseTTL)
+		e.u(uint64(len(r.Keys)))
+		for i := range r.Keys {
+			x := &r.Keys[i]
+			e.byte(byte(x.Status))
+			e.dur(x.Wait)
+			e.amount(x.Held)
+			encodeSnapshot(e, &x.Snapshot)
+			e.u(uint64(x.ActiveSpenders))
+		}
+	case *ReleaseReply:
+		e.u(uint64(len(r.Returned)))
+		for _, a := range r.Returned {
+			e.amount(a)
+		}
+	}
+}
+
+func encodeSnapshot(e *enc, s *Snapshot) {
+	for _, d := range []*DimSnapshot{&s.Requests, &s.Tokens} {
+		e.i(d.Limit)
+		e.i(d.Remaining)
+		e.dur(d.Reset)
+	}
+}
+
+func decodeSnapshot(d *dec) Snapshot {
+	var s Snapshot
+	for _, x := range []*DimSnapshot{&s.Requests, &s.Tokens} {
+		*x = DimSnapshot{Limit: d.i(), Remaining: d.i(), Reset: d.dur()}
+	}
+	return s
+}
+
+func decodeSession(b []byte) (*session, error) {
+	d := &dec{b: b}
+	if d.byte() != recordVersion {
+		return nil, fmt.Errorf("allocator: session record version: %w", errCorrupt)
+	}
+	s := &session{epoch: d.u(), seq: d.u()}
+	if len(d.b) < 8 {
+		return nil, errCorrupt
+	}
+	s.digest = digest(binary.LittleEndian.Uint64(d.b))
+	d.b = d.b[8:]
+	s.kind = callKind(d.byte())
+	s.released = d.byte() == 1
+	s.seen = bucket.Instant(d.i())
+	switch s.kind {
+	case kindAcquire:
+		r := &AcquireReply{LeaseTTL: d.dur()}
+		r.Keys = make([]AcquireResult, d.count(MaxBatch))
+		for i := range r.Keys {
+			r.Keys[i] = AcquireResult{Status: Status(d.byte()), Granted: d.amount(), Returned: d.amount(), Held: d.amount(),
+				RetryAfter: d.dur(), Snapshot: decodeSnapshot(d), ActiveSpenders: int(d.u())}
+		}
+		s.reply = r
+	case kindReserve:
+		r := &ReserveReply{LeaseTTL: d.dur()}
+		r.Keys = make([]ReserveResult, d.count(MaxBatch))
+		for i := range r.Keys {
+			r.Keys[i] = ReserveResult{Status: Status(d.byte()), Wait: d.dur(), Held: d.amount(),
+				Snapshot: decodeSnapshot(d), ActiveSpenders: int(d.u())}
+		}
+		s.reply = r
+	case kindRelease:
+		r := &ReleaseReply{Returned: make([]Amount, d.count(MaxBatch))}
+		for i := range r.Returned {
+			r.Returned[i] = d.amount()
+		}
+		s.reply = r
+	default:
+		d.fail()
+	}
+	if s.epoch == 0 || s.seq == 0 {
+		d.fail()
+	}
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}

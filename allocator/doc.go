@@ -1,0 +1,50 @@
+// Package allocator is ration's central service: it owns every API key's
+// global RPM and TPM budget and hands it out to spenders in leases.
+//
+// The [Ledger] is the transport-neutral core: one global token bucket per
+// key and limited dimension (the shared bucket package, Instants in
+// microseconds since the Unix epoch), the holdings of every spender
+// incarnation per key with their expiries, and each spender's exactly-once
+// record. [Service] adapts it to the connect LeaseService (Connect, gRPC
+// and gRPC-Web) and is also the in-process entry point: it implements
+// leasev1connect.LeaseServiceHandler, whose method set is the same as the
+// generated client's, so a spender can be handed either.
+//
+// # Guarantees
+//
+//   - Every unit granted was taken from the key's global bucket; grants
+//     never take a bucket below zero (a reservation ahead and reported
+//     debt may).
+//   - Returns are credited only up to what the caller holds on the key
+//     (invariant 3); holdings stop counting at their expiry.
+//   - Level plus holdings never exceed C + rho*TTL per dimension (C in
+//     strict mode): refill beyond that is burned. This closes the one hole
+//     in "grants follow the bucket": tokens returned and regranted before
+//     they expire would otherwise accumulate past the bound. With it,
+//     admissions in any window t stay within C + rho*(t + TTL) plus
+//     outstanding debt (C + rho*t in strict mode); docs/bound.md has the proof.
+//   - Calls of one (spender, epoch) apply in sequence order, each once; a
+//     retry of the latest gets the stored reply (invariant 4).
+//   - A durable ledger ([Open]) answers a call only after a bbolt commit
+//     covering it has been synced; what is on disk is always the state
+//     after a prefix of the applied calls, so after kill -9 the ledger
+//     resumes exactly. A record it cannot decode or validate starts empty.
+//   - Bad input is rejected with an *[InputError] naming the field, before
+//     anything changes.
+//
+// # Caveats
+//
+//   - One mutex serialises all calls. Each key costs a few hundred
+//     nanoseconds, so a single node handles millions of key-grants per
+//     second; shard keys over allocators for more.
+//   - A spender must keep at most one call in flight: a call overtaken by
+//     a later sequence is refused as stale.
+//   - A session (exactly-once record) is forgotten after the retention
+//     (WithSessionRetention, default 1 h, at least 2 TTL) of inactivity; a
+//     retry older than that would be applied again. Holdings also record
+//     the last sequence applied per key, which stops most such repeats.
+//   - A key whose stored state was lost keeps its "empty" marker in memory
+//     until its next call (its limits are unknown until then).
+//   - The bound relies on spenders reporting Held and Returned honestly;
+//     like Doorman, the protocol is cooperative, not adversarial.
+package allocator

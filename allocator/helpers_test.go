@@ -1,0 +1,104 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a virtual clock that tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newLedger(t *testing.T, clk Clock, opts ...Option) *Ledger {
+	t.Helper()
+	l, err := New(append([]Option{WithClock(clk)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func openLedger(t *testing.T, path string, clk Clock, opts ...Option) *Ledger {
+	t.Helper()
+	l, err := Open(path, append([]Option{WithClock(clk), withNoSync()}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func tempDB(t *testing.T) string { return filepath.Join(t.TempDir(), "ledger.db") }
+
+// tpm returns limits of n tokens per minute and 600 requests per minute.
+func tpm(n int64) Limits { return Limits{RPM: 600, TPM: n} }
+
+// acq runs one single-key Acquire and fails the test on error.
+func acq(t *testing.T, l *Ledger, c Caller, k AcquireKey) AcquireResult {
+	t.Helper()
+	r, err := l.Acquire(context.Background(), c, []AcquireKey{k})
+	if err != nil {
+		t.Fatalf("Acquire(%+v, %+v): %v", c, k, err)
+	}
+	return r.Keys[0]
+}
+
+func caller(id string, epoch, seq uint64) Caller {
+	return Caller{SpenderID: id, Epoch: epoch, Sequence: seq}
+}
+
+// dump returns a deep copy of the ledger's state, for "nothing changed"
+// checks.
+func dump(l *Ledger) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var e enc
+	for _, name := range sortedKeys(l.keys) {
+		e.str(name)
+		encodeKey(&e, l.keys[name])
+	}
+	for _, id := range sortedKeys(l.sessions) {
+		e.str(id)
+		encodeSession(&e, l.sessions[id])
+	}
+	return string(e.b)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j] < out[j-1]; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+func wantErr(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("error %v, want %v", err, target)
+	}
+}

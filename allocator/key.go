@@ -1,0 +1,234 @@
+package allocator
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/rationhq/ration/bucket"
+)
+
+// dim is one dimension of a key: its global bucket, if limited.
+type dim struct {
+	on bool          // limited; false = unlimited, no bucket
+	b  bucket.Bucket // valid when on
+}
+
+// holding is what one spender incarnation holds on one key.
+type holding struct {
+	spender string
+	epoch   uint64
+	lastSeq uint64         // the last sequence applied to this key for (spender, epoch)
+	held    Amount         // counted as held; only the ledger's upper bound of the truth
+	rate    Amount         // spend per minute last reported
+	expiry  bucket.Instant // the holding stops counting at this instant
+}
+
+// keyState is one key's global state: a bucket per limited dimension and
+// the holdings of every spender incarnation with an unexpired lease.
+type keyState struct {
+	lim       Limits         // the limits the buckets follow
+	req, tok  dim            // request and token buckets
+	holds     []holding      // unexpired as of the last touch (expired ones dropped lazily)
+	emptyFrom bucket.Instant // != 0: state was lost; buckets start empty at this instant
+	fresh     bool           // buckets not created yet (lim unknown)
+}
+
+// setLimits makes the buckets follow l: a dimension that becomes limited
+// gets a full bucket (or an empty one when the key's state was lost), one
+// that changes follows the new limit without minting, one that becomes
+// unlimited drops its bucket. l must be valid.
+func (k *keyState) setLimits(l Limits, now bucket.Instant) {
+	if !k.fresh && l == k.lim {
+		return
+	}
+	k.setDim(&k.req, l.RPM, l.BurstRequests, now)
+	k.setDim(&k.tok, l.TPM, l.BurstTokens, now)
+	k.lim = l
+	k.fresh = false
+	k.emptyFrom = 0
+}
+
+func (k *keyState) setDim(d *dim, rate, burst int64, now bucket.Instant) {
+	lim, on := dimLimit(rate, burst)
+	switch {
+	case !on:
+		*d = dim{}
+	case !d.on && k.emptyFrom != 0:
+		b, err := bucket.FromState(lim, bucket.State{Level: 0, Last: k.emptyFrom})
+		if err != nil { // unreachable for a validated limit; stay safe: start empty now
+			b, _ = bucket.FromState(lim, bucket.State{Level: 0, Last: now})
+		}
+		*d = dim{on: true, b: b}
+	case !d.on:
+		b, _ := bucket.New(lim, now) // validated by the caller
+		*d = dim{on: true, b: b}
+	default:
+		_ = d.b.SetLimit(lim, now) // validated by the caller
+	}
+}
+
+// sums returns the total held over all holdings.
+func (k *keyState) sums() (held Amount) {
+	for i := range k.holds {
+		held.Requests += k.holds[i].held.Requests
+		held.Tokens += k.holds[i].held.Tokens
+	}
+	return held
+}
+
+// rateSum returns the total reported spend rate over all holdings.
+func (k *keyState) rateSum() (r Amount) {
+	for i := range k.holds {
+		r.Requests = satAdd(r.Requests, k.holds[i].rate.Requests)
+		r.Tokens = satAdd(r.Tokens, k.holds[i].rate.Tokens)
+	}
+	return r
+}
+
+// touch brings the key to now: refill, enforce the level cap against every
+// holding that was live since the last touch (before dropping the expired
+// ones, so the cap is never looser than a continuous one), then expire.
+func (k *keyState) touch(now bucket.Instant, ttl time.Duration, strict bool) {
+	if k.req.on {
+		k.req.b.Advance(now)
+	}
+	if k.tok.on {
+		k.tok.b.Advance(now)
+	}
+	k.enforceCap(ttl, strict)
+	k.expire(now)
+}
+
+// expire drops holdings whose expiry is at or before now.
+func (k *keyState) expire(now bucket.Instant) {
+	j := 0
+	for i := range k.holds {
+		if k.holds[i].expiry > now {
+			k.holds[j] = k.holds[i]
+			j++
+		}
+	}
+	clear(k.holds[j:])
+	k.holds = k.holds[:j]
+}
+
+// enforceCap keeps level + held <= capK in each dimension by burning the
+// excess refill (docs/bound.md: this is what stops returned-and-regranted
+// tokens from accumulating beyond the bound).
+func (k *keyState) enforceCap(ttl time.Duration, strict bool) {
+	held := k.sums()
+	if k.req.on {
+		burn(&k.req.b, held.Requests, ttl, strict)
+	}
+	if k.tok.on {
+		burn(&k.tok.b, held.Tokens, ttl, strict)
+	}
+}
+
+// capUnits returns the cap on level + held for b in fixed-point units:
+// Capacity in strict mode, Capacity + Refill/Period × ttl otherwise.
+func capUnits(b *bucket.Bucket, ttl time.Duration, strict bool) int64 {
+	lim := b.Limit()
+	scale := b.Scale()
+	full := lim.Capacity * scale // fits: Limit.Validate
+	if strict || ttl <= 0 {
+		return full
+	}
+	// units per microsecond = Refill*scale/Period_us (exact by construction)
+	pus := uint64(lim.Period / time.Microsecond)
+	hi, lo := bits.Mul64(uint64(lim.Refill), uint64(scale))
+	inc, _ := bits.Div64(hi%pus, lo, pus)
+	if hi >= pus {
+		return bucket.MaxScaled
+	}
+	hi, lo = bits.Mul64(inc, uint64(ttl/time.Microsecond))
+	if hi != 0 || lo > uint64(bucket.MaxScaled-full) {
+		return bucket.MaxScaled
+	}
+	return full + int64(lo)
+}
+
+func burn(b *bucket.Bucket, held int64, ttl time.Duration, strict bool) {
+	level, scale := b.Level()
+	heldUnits := int64(bucket.MaxScaled)
+	if held <= bucket.MaxScaled/scale {
+		heldUnits = held * scale
+	}
+	excess := satAdd(level, heldUnits) - capUnits(b, ttl, strict)
+	if excess > 0 {
+		b.Take((excess + scale - 1) / scale)
+	}
+}
+
+func (k *keyState) find(spender string, epoch uint64) int {
+	for i := range k.holds {
+		if k.holds[i].epoch == epoch && k.holds[i].spender == spender {
+			return i
+		}
+	}
+	return -1
+}
+
+// holdingFor returns the index of (spender, epoch)'s holding, adding an
+// empty one expiring at now if there is none.
+func (k *keyState) holdingFor(spender string, epoch uint64, now bucket.Instant) int {
+	if i := k.find(spender, epoch); i >= 0 {
+		return i
+	}
+	k.holds = append(k.holds, holding{spender: spender, epoch: epoch, expiry: now})
+	return len(k.holds) - 1
+}
+
+// give credits a return, capped at the holding, and reports what was credited.
+func give(d *dim, held *int64, n int64) int64 {
+	n = min(n, *held)
+	if n <= 0 || !d.on {
+		return 0
+	}
+	*held -= n
+	d.b.Give(n)
+	return n
+}
+
+func charge(d *dim, n int64) {
+	if d.on && n > 0 {
+		d.b.Take(n) // advanced in touch
+	}
+}
+
+func (d *dim) snapshot() DimSnapshot {
+	if !d.on {
+		return DimSnapshot{}
+	}
+	return DimSnapshot{Limit: d.b.Limit().Capacity, Remaining: max(d.b.Tokens(), 0), Reset: d.b.TimeToFull()}
+}
+
+func (k *keyState) snapshot() Snapshot {
+	return Snapshot{Requests: k.req.snapshot(), Tokens: k.tok.snapshot()}
+}
+
+// idle reports whether the key holds no information at now: no holdings
+// and every bucket full, so it can be dropped and later recreated full.
+func (k *keyState) idle(now bucket.Instant) bool {
+	if len(k.holds) > 0 || k.emptyFrom != 0 {
+		return false
+	}
+	if k.req.on && k.req.b.FullAt() > now {
+		return false
+	}
+	if k.tok.on && k.tok.b.FullAt() > now {
+		return false
+	}
+	return true
+}
+
+func satAdd(a, b int64) int64 {
+	s := a + b
+	if (s > a) == (b > 0) {
+		return s
+	}
+	if b > 0 {
+		return 1<<63 - 1
+	}
+	return -1 << 63
+}

@@ -1,0 +1,418 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+var ctx = context.Background()
+
+func TestAcquireGrantsFromFullBucket(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{1, 100}, Held: Amount{}})
+	want := AcquireResult{
+		Status: StatusOK, Granted: Amount{1, 100}, Held: Amount{1, 100},
+		Snapshot: Snapshot{
+			Requests: DimSnapshot{Limit: 600, Remaining: 599, Reset: 100 * time.Millisecond},
+			Tokens:   DimSnapshot{Limit: 600, Remaining: 500, Reset: 10 * time.Second},
+		},
+		ActiveSpenders: 1,
+	}
+	if r != want {
+		t.Fatalf("got %+v\nwant %+v", r, want)
+	}
+}
+
+func TestNotCoveredGivesExactRetryAfter(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 600}})
+	r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}, Need: Amount{1, 60}})
+	if r.Status != StatusNotCovered || r.RetryAfter != 6*time.Second || r.Granted != (Amount{}) {
+		t.Fatalf("got %+v, want not covered, retry after 6s, nothing granted", r)
+	}
+	if r.ActiveSpenders != 2 {
+		t.Fatalf("active spenders %d, want 2", r.ActiveSpenders)
+	}
+	clk.Advance(6 * time.Second)
+	r = acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}, Need: Amount{1, 60}})
+	if r.Status != StatusOK || r.Granted.Tokens != 60 {
+		t.Fatalf("after the wait: %+v, want 60 tokens granted", r)
+	}
+}
+
+func TestNeedAboveCapacityIsTooLarge(t *testing.T) {
+	l := newLedger(t, newFakeClock())
+	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Need: Amount{1, 601}, Want: Amount{1, 601}})
+	if r.Status != StatusTooLarge || r.Granted != (Amount{}) || r.Snapshot.Tokens.Remaining != 600 {
+		t.Fatalf("got %+v, want too large and nothing taken", r)
+	}
+}
+
+func TestReturnsAreCappedAtHoldings(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}, Held: Amount{}})
+	acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 300}})
+	// a claims to return 1000 tokens; it holds 100.
+	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Returned: Amount{5, 1000}, Held: Amount{0, 0}})
+	if r.Returned != (Amount{0, 100}) || r.Held != (Amount{}) {
+		t.Fatalf("got returned %+v held %+v, want 100 tokens credited and nothing held", r.Returned, r.Held)
+	}
+	if r.Snapshot.Tokens.Remaining != 300 {
+		t.Fatalf("remaining %d, want 300 (600 - 300 held by b)", r.Snapshot.Tokens.Remaining)
+	}
+	// A spender that never held anything gets nothing credited.
+	r = acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: Amount{0, 50}})
+	if r.Returned != (Amount{}) || r.Snapshot.Tokens.Remaining != 300 {
+		t.Fatalf("stranger's return credited: %+v", r)
+	}
+}
+
+func TestHeldReportLowersHolding(t *testing.T) {
+	l := newLedger(t, newFakeClock())
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
+	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Held: Amount{0, 30}})
+	if r.Held != (Amount{0, 30}) {
+		t.Fatalf("held %+v, want 30 tokens", r.Held)
+	}
+	// A held report above the holding does not raise it.
+	r = acq(t, l, caller("a", 1, 3), AcquireKey{Key: "k", Limits: tpm(600), Held: Amount{0, 500}, Returned: Amount{0, 500}})
+	if r.Held != (Amount{}) || r.Returned != (Amount{0, 30}) {
+		t.Fatalf("held %+v returned %+v, want 0 held, 30 credited", r.Held, r.Returned)
+	}
+}
+
+func TestExactlyOnce(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{1, 100}}}
+	r1, err := l.Acquire(ctx, caller("a", 1, 5), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := dump(l)
+	clk.Advance(time.Second)
+	r2, err := l.Acquire(ctx, caller("a", 1, 5), k)
+	if err != nil || r2 != r1 {
+		t.Fatalf("retry: %v, reply %p want stored %p", err, r2, r1)
+	}
+	if dump(l) != before {
+		t.Fatal("retry changed the ledger")
+	}
+	other := []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{1, 101}}}
+	_, err = l.Acquire(ctx, caller("a", 1, 5), other)
+	wantErr(t, err, ErrSequenceReused)
+	_, err = l.ReserveAhead(ctx, caller("a", 1, 5), []ReserveKey{{Key: "k", Limits: tpm(600)}})
+	wantErr(t, err, ErrSequenceReused)
+	_, err = l.Acquire(ctx, caller("a", 1, 4), k)
+	wantErr(t, err, ErrStaleSequence)
+	_, err = l.Acquire(ctx, caller("a", 0+1-1+0, 9), k) // epoch 0 is bad input, not stale
+	wantErr(t, err, ErrInvalidArgument)
+	if dump(l) != before {
+		t.Fatal("refused calls changed the ledger")
+	}
+	// Gaps are allowed.
+	if _, err := l.Acquire(ctx, caller("a", 1, 9), k); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewEpochStartsWithNothing(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
+	r := acq(t, l, caller("a", 2, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: Amount{0, 100}})
+	if r.Returned != (Amount{}) || r.Held != (Amount{}) {
+		t.Fatalf("new epoch: returned %+v held %+v, want nothing", r.Returned, r.Held)
+	}
+	if r.ActiveSpenders != 2 || r.Snapshot.Tokens.Remaining != 500 {
+		t.Fatalf("old epoch's lease must still count: %+v", r)
+	}
+	_, err := l.Acquire(ctx, caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600)}})
+	wantErr(t, err, ErrStaleEpoch)
+	clk.Advance(l.TTL())
+	r = acq(t, l, caller("a", 2, 2), AcquireKey{Key: "k", Limits: tpm(600)})
+	if r.ActiveSpenders != 1 {
+		t.Fatalf("old epoch's lease should have expired: %+v", r)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
+	acq(t, l, caller("a", 1, 2), AcquireKey{Key: "j", Limits: tpm(600), Want: Amount{0, 200}})
+	rel := []ReleaseKey{{Key: "k", Limits: tpm(600), Returned: Amount{0, 70}, Debt: Amount{0, 10}}}
+	r, err := l.Release(ctx, caller("a", 1, 3), rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Returned[0] != (Amount{0, 70}) {
+		t.Fatalf("credited %+v, want 70 tokens", r.Returned[0])
+	}
+	if st := l.Stats(); st.Holdings != 0 {
+		t.Fatalf("holdings after release: %+v", st)
+	}
+	r2, err := l.Release(ctx, caller("a", 1, 3), rel)
+	if err != nil || r2 != r {
+		t.Fatalf("retried release: %v", err)
+	}
+	_, err = l.Acquire(ctx, caller("a", 1, 4), []AcquireKey{{Key: "k", Limits: tpm(600)}})
+	wantErr(t, err, ErrEpochReleased)
+	res := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600)})
+	// 600 - 100 + 70 - 10 = 560; the 30 unreturned are gone.
+	if res.Snapshot.Tokens.Remaining != 560 {
+		t.Fatalf("remaining %d, want 560", res.Snapshot.Tokens.Remaining)
+	}
+}
+
+func TestDebtGoesBelowZero(t *testing.T) {
+	l := newLedger(t, newFakeClock())
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Debt: Amount{0, 1000}})
+	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Need: Amount{0, 1}, Want: Amount{0, 1}})
+	// level -400: one token needs 401 tokens of refill at 10/s.
+	if r.Status != StatusNotCovered || r.RetryAfter != 40100*time.Millisecond || r.Snapshot.Tokens.Remaining != 0 {
+		t.Fatalf("got %+v, want not covered for 40.1s", r)
+	}
+}
+
+func TestReserveAhead(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 600}})
+	res, err := l.ReserveAhead(ctx, caller("b", 1, 1), []ReserveKey{
+		{Key: "k", Limits: tpm(600), Cost: Amount{1, 50}, MaxWait: 10 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Keys[0]; r.Status != StatusOK || r.Wait != 5*time.Second || r.Held != (Amount{1, 50}) {
+		t.Fatalf("got %+v, want reserved for 5s", r)
+	}
+	res, err = l.ReserveAhead(ctx, caller("c", 1, 1), []ReserveKey{
+		{Key: "k", Limits: tpm(600), Cost: Amount{1, 100}, MaxWait: 14 * time.Second},
+		{Key: "k2", Limits: tpm(600), Cost: Amount{1, 601}, MaxWait: time.Hour},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first reservation left -50: 100 more need 150 tokens, 15 s.
+	if r := res.Keys[0]; r.Status != StatusTooLate || r.Wait != 15*time.Second || r.Held != (Amount{}) || r.ActiveSpenders != 2 {
+		t.Fatalf("got %+v, want too late by 15s, nothing held, 2 active", r)
+	}
+	if r := res.Keys[1]; r.Status != StatusTooLarge {
+		t.Fatalf("got %+v, want too large", r)
+	}
+	clk.Advance(5 * time.Second)
+	r := acq(t, l, caller("d", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Need: Amount{0, 1}})
+	if r.Status != StatusNotCovered || r.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("after the reserved wait the level is 0: %+v", r)
+	}
+}
+
+func TestLimitChangeDoesNotMint(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 600}})
+	r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(1200)})
+	if r.Snapshot.Tokens.Remaining != 0 || r.Snapshot.Tokens.Limit != 1200 {
+		t.Fatalf("raised limit minted tokens: %+v", r.Snapshot.Tokens)
+	}
+	clk.Advance(time.Second)
+	r = acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k", Limits: tpm(1200)})
+	if r.Snapshot.Tokens.Remaining != 20 {
+		t.Fatalf("refill at the new rate: %+v, want 20", r.Snapshot.Tokens)
+	}
+	r = acq(t, l, caller("b", 1, 3), AcquireKey{Key: "k", Limits: Limits{RPM: 600}, Want: Amount{0, 12345}})
+	if r.Granted.Tokens != 12345 || r.Snapshot.Tokens != (DimSnapshot{}) {
+		t.Fatalf("unlimited tokens: %+v", r)
+	}
+}
+
+func TestUnlimitedKeyKeepsNoState(t *testing.T) {
+	l := newLedger(t, newFakeClock())
+	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Want: Amount{7, 9}})
+	if r.Status != StatusOK || r.Granted != (Amount{7, 9}) || r.Held != (Amount{}) {
+		t.Fatalf("got %+v", r)
+	}
+	if st := l.Stats(); st.Keys != 0 {
+		t.Fatalf("unlimited key stored: %+v", st)
+	}
+}
+
+// TestReturnedTokensDoNotAccumulate replays the hoarding pattern that a
+// plain "grants follow the bucket, returns go back" ledger gets wrong: two
+// spenders keep returning their lease just before it expires and being
+// granted it again, while the bucket refills behind them. Without the cap
+// on level + holdings their holdings grow by rho every second, without
+// bound; with it they never exceed C + rho*TTL (C in strict mode).
+func TestReturnedTokensDoNotAccumulate(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		clk := newFakeClock()
+		ttl := 100 * time.Second
+		l := newLedger(t, clk, WithTTL(ttl), WithStrict(strict))
+		lim := Limits{TPM: 60} // C = 60, rho = 1/s
+		capK := int64(60 + 100)
+		if strict {
+			capK = 60
+		}
+		held := map[string]int64{}
+		seq := map[string]uint64{}
+		for round := 0; round < 40; round++ {
+			for _, who := range []string{"a", "b"} {
+				// Take whatever the bucket has, keeping the old lease...
+				old := held[who]
+				seq[who]++
+				r := acq(t, l, caller(who, 1, seq[who]), AcquireKey{
+					Key: "k", Limits: lim, Want: Amount{0, 1 << 40}, Held: Amount{0, old},
+				})
+				fresh := r.Granted.Tokens
+				// ...then return the old lease into the emptied bucket and
+				// take it again with a fresh expiry.
+				seq[who]++
+				r = acq(t, l, caller(who, 1, seq[who]), AcquireKey{
+					Key: "k", Limits: lim, Want: Amount{0, 1 << 40},
+					Returned: Amount{0, old}, Held: Amount{0, fresh},
+				})
+				held[who] = fresh + r.Granted.Tokens
+				if total := held["a"] + held["b"] + r.Snapshot.Tokens.Remaining; total > capK {
+					t.Fatalf("strict=%v round %d: level+holdings %d > %d", strict, round, total, capK)
+				}
+				clk.Advance(30 * time.Second)
+			}
+		}
+	}
+}
+
+func TestStrictModeCountsHoldingsAgainstCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		strict bool
+		want   int64 // remaining after 30 s with 600 held
+	}{{false, 100}, {true, 0}} {
+		clk := newFakeClock()
+		l := newLedger(t, clk, WithStrict(tc.strict))
+		acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 600}})
+		clk.Advance(30 * time.Second)
+		r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600)})
+		if r.Snapshot.Tokens.Remaining != tc.want {
+			t.Fatalf("strict=%v: remaining %d, want %d", tc.strict, r.Snapshot.Tokens.Remaining, tc.want)
+		}
+	}
+}
+
+func TestSweepDropsIdleKeysAndSessions(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk, WithSessionRetention(time.Minute))
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 300}})
+	if k, s, err := l.Sweep(ctx); err != nil || k != 0 || s != 0 {
+		t.Fatalf("sweep of a busy key: %d %d %v", k, s, err)
+	}
+	clk.Advance(l.TTL())             // lease expired, bucket at 400
+	if k, _, _ := l.Sweep(ctx); k != 0 {
+		t.Fatal("dropped a key whose bucket is not full")
+	}
+	clk.Advance(20 * time.Second) // full
+	if k, _, _ := l.Sweep(ctx); k != 1 {
+		t.Fatal("kept an idle key")
+	}
+	clk.Advance(time.Minute)
+	if _, s, _ := l.Sweep(ctx); s != 1 {
+		t.Fatal("kept an idle session")
+	}
+	if st := l.Stats(); st != (Stats{}) {
+		t.Fatalf("stats after sweep: %+v", st)
+	}
+	r := acq(t, l, caller("a", 2, 1), AcquireKey{Key: "k", Limits: tpm(600)})
+	if r.Snapshot.Tokens.Remaining != 600 {
+		t.Fatalf("recreated key not full: %+v", r.Snapshot.Tokens)
+	}
+}
+
+func TestLostSessionDoesNotReapplyKeys(t *testing.T) {
+	l := newLedger(t, newFakeClock())
+	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{0, 100}}}
+	if _, err := l.Acquire(ctx, caller("a", 1, 1), k); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	delete(l.sessions, "a")
+	l.mu.Unlock()
+	r, err := l.Acquire(ctx, caller("a", 1, 1), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := r.Keys[0]; g.Granted != (Amount{}) || g.Held != (Amount{0, 100}) || g.Snapshot.Tokens.Remaining != 500 {
+		t.Fatalf("reapplied: %+v", g)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
+	before := dump(l)
+	good := func() AcquireKey { return AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 1}} }
+	many := make([]AcquireKey, MaxBatch+1)
+	for i := range many {
+		many[i] = good()
+		many[i].Key = "k" + itoa(i)
+	}
+	for _, tc := range []struct {
+		name  string
+		c     Caller
+		keys  []AcquireKey
+		field string
+	}{
+		{"empty spender", caller("", 1, 2), []AcquireKey{good()}, "caller.spender_id"},
+		{"long spender", caller(strings.Repeat("s", MaxSpenderIDLen+1), 1, 2), []AcquireKey{good()}, "caller.spender_id"},
+		{"zero epoch", caller("a", 0, 2), []AcquireKey{good()}, "caller.epoch"},
+		{"zero sequence", caller("a", 1, 0), []AcquireKey{good()}, "caller.sequence"},
+		{"empty batch", caller("a", 1, 2), nil, "keys"},
+		{"batch too large", caller("a", 1, 2), many, "keys"},
+		{"empty key", caller("a", 1, 2), []AcquireKey{good(), {Limits: tpm(600)}}, "keys[1].key"},
+		{"long key", caller("a", 1, 2), []AcquireKey{{Key: strings.Repeat("k", MaxKeyLen+1), Limits: tpm(600)}}, "keys[0].key"},
+		{"duplicate key", caller("a", 1, 2), []AcquireKey{good(), good()}, "keys[1].key"},
+		{"negative want", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{0, -1}}}, "keys[0].want.tokens"},
+		{"negative need", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Need: Amount{-1, 0}}}, "keys[0].need.requests"},
+		{"negative returned", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Returned: Amount{0, -5}}}, "keys[0].returned.tokens"},
+		{"negative held", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Held: Amount{0, -5}}}, "keys[0].held.tokens"},
+		{"negative debt", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Debt: Amount{0, -5}}}, "keys[0].debt.tokens"},
+		{"negative rate", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), SpendRate: Amount{0, -5}}}, "keys[0].spend_rate.tokens"},
+		{"huge amount", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{0, 1 << 62}}}, "keys[0].want.tokens"},
+		{"negative rpm", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: Limits{RPM: -1}}}, "keys[0].limits.rpm"},
+		{"tpm too large", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: Limits{TPM: MaxRate + 1}}}, "keys[0].limits.tpm"},
+		{"negative burst", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: Limits{TPM: 5, BurstTokens: -1}}}, "keys[0].limits.burst_tokens"},
+	} {
+		_, err := l.Acquire(ctx, tc.c, tc.keys)
+		var ie *InputError
+		if !errors.As(err, &ie) || !errors.Is(err, ErrInvalidArgument) || ie.Field != tc.field {
+			t.Errorf("%s: error %v, want InputError on %s", tc.name, err, tc.field)
+		}
+		if strings.Contains(err.Error(), strings.Repeat("k", 20)) {
+			t.Errorf("%s: error echoes the key: %v", tc.name, err)
+		}
+		if dump(l) != before {
+			t.Fatalf("%s: changed the ledger", tc.name)
+		}
+	}
+	_, err := l.ReserveAhead(ctx, caller("a", 1, 2), []ReserveKey{{Key: "k", Limits: tpm(600), MaxWait: 2 * time.Hour}})
+	if ie := (*InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].max_wait_us" {
+		t.Errorf("max wait: %v", err)
+	}
+	_, err = l.ReserveAhead(ctx, caller("a", 1, 2), []ReserveKey{{Key: "k", Limits: tpm(600), Cost: Amount{-1, 0}}})
+	if ie := (*InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].cost.requests" {
+		t.Errorf("negative cost: %v", err)
+	}
+	_, err = l.Release(ctx, caller("a", 1, 2), []ReleaseKey{{Key: "k", Limits: tpm(600), Returned: Amount{0, -1}}})
+	if ie := (*InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].returned.tokens" {
+		t.Errorf("negative release: %v", err)
+	}
+	if dump(l) != before {
+		t.Fatal("changed the ledger")
+	}
+}

@@ -1,0 +1,85 @@
+package allocator
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Option configures a Ledger.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	clock          Clock
+	ttl            time.Duration
+	strict         bool
+	policy         Policy
+	logger         *slog.Logger
+	retention      time.Duration
+	maxBatchSize   int
+	maxBatchDelay  time.Duration
+	commitObserver func(time.Duration, error)
+	hook           func(stage string) error // tests: called inside every commit
+	noSync         bool                     // tests: skip fsync
+}
+
+func defaultConfig() config {
+	return config{
+		clock:         SystemClock{},
+		ttl:           10 * time.Second,
+		policy:        ShareByRate{},
+		logger:        slog.New(slog.DiscardHandler),
+		retention:     time.Hour,
+		maxBatchSize:  128,
+		maxBatchDelay: 200 * time.Microsecond,
+	}
+}
+
+// WithClock sets the clock; default SystemClock.
+func WithClock(c Clock) Option { return optionFunc(func(cfg *config) { cfg.clock = c }) }
+
+// WithTTL sets the lease time to live, 1 ms to 1 h; default 10 s. It enters
+// the bound (C + rho*(t + TTL) in default mode).
+func WithTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.ttl = d }) }
+
+// WithStrict selects strict mode (bound C + rho*t) when on; default off.
+func WithStrict(on bool) Option { return optionFunc(func(c *config) { c.strict = on }) }
+
+// WithPolicy sets the lease-sizing policy; default ShareByRate{}.
+func WithPolicy(p Policy) Option { return optionFunc(func(c *config) { c.policy = p }) }
+
+// WithLogger sets the logger; default discards.
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
+
+// WithSessionRetention sets how long a spender's exactly-once record is
+// kept after its last call (and after its holdings expire); default 1 h.
+// A retry older than this may be applied again (docs/allocator.md).
+func WithSessionRetention(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.retention = d })
+}
+
+// WithBatch sets bbolt's group commit: at most size calls share a commit,
+// and a commit waits at most delay for more calls; defaults 128 and 200 µs.
+// Size should be about the number of concurrent callers (bbolt waits for
+// its timer when a batch does not fill).
+func WithBatch(size int, delay time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxBatchSize, c.maxBatchDelay = size, delay })
+}
+
+// WithCommitObserver calls f after every bbolt commit attempt with its
+// latency and error (for metrics). Default none.
+func WithCommitObserver(f func(time.Duration, error)) Option {
+	return optionFunc(func(c *config) { c.commitObserver = f })
+}
+
+// withHook is for tests: f runs inside every commit, with stage "before"
+// (a non-nil error aborts the commit, as a crash would).
+func withHook(f func(stage string) error) Option {
+	return optionFunc(func(c *config) { c.hook = f })
+}
+
+// withNoSync is for tests only: bbolt skips fsync. Never in production.
+func withNoSync() Option { return optionFunc(func(c *config) { c.noSync = true }) }

@@ -1,0 +1,48 @@
+package allocator
+
+import "github.com/rationhq/ration/bucket"
+
+// callKind names the method of a call, for exactly-once checks.
+type callKind uint8
+
+const (
+	kindAcquire callKind = iota + 1
+	kindReserve
+	kindRelease
+)
+
+// session is a spender's exactly-once record: its latest epoch, the latest
+// sequence applied in it, that call's digest and its stored reply.
+type session struct {
+	epoch    uint64
+	seq      uint64 // 0: no call applied in this epoch yet
+	digest   digest
+	kind     callKind
+	released bool           // Release closed the epoch
+	reply    any            // *AcquireReply, *ReserveReply or *ReleaseReply
+	seen     bucket.Instant // the latest call, for retention
+}
+
+// check decides what to do with call c of kind k and digest d on session s
+// (nil: unknown spender). It returns the stored reply for a retry, an
+// error for a stale or conflicting call, or (nil, nil) to apply the call.
+func (s *session) check(c Caller, k callKind, d digest) (any, error) {
+	if s == nil || c.Epoch > s.epoch {
+		return nil, nil
+	}
+	if c.Epoch < s.epoch {
+		return nil, ErrStaleEpoch
+	}
+	switch {
+	case c.Sequence < s.seq:
+		return nil, ErrStaleSequence
+	case c.Sequence == s.seq:
+		if s.kind != k || s.digest != d {
+			return nil, ErrSequenceReused
+		}
+		return s.reply, nil
+	case s.released:
+		return nil, ErrEpochReleased
+	}
+	return nil, nil
+}

@@ -1,0 +1,221 @@
+package allocator
+
+import (
+	"time"
+
+	"github.com/rationhq/ration/bucket"
+)
+
+// Input bounds. Requests outside them get ErrInvalidArgument.
+const (
+	MaxKeyLen       = 256               // bytes in a key
+	MaxSpenderIDLen = 128               // bytes in a spender id
+	MaxBatch        = 1024              // keys in one call
+	MaxRate         = 1_000_000_000_000 // requests or tokens per minute, and bursts
+	MaxAmount       = 1 << 50           // any amount in a call
+	MaxWait         = time.Hour         // ReserveKey.MaxWait
+)
+
+func validateCaller(c Caller) error {
+	switch {
+	case c.SpenderID == "":
+		return inputErr("caller.spender_id", "empty")
+	case len(c.SpenderID) > MaxSpenderIDLen:
+		return inputErr("caller.spender_id", "%d bytes, at most %d", len(c.SpenderID), MaxSpenderIDLen)
+	case c.Epoch == 0:
+		return inputErr("caller.epoch", "must be positive")
+	case c.Sequence == 0:
+		return inputErr("caller.sequence", "must be positive")
+	}
+	return nil
+}
+
+func validateBatch(n int, allowEmpty bool) error {
+	if n == 0 && !allowEmpty {
+		return inputErr("keys", "empty batch")
+	}
+	if n > MaxBatch {
+		return inputErr("keys", "%d entries, at most %d", n, MaxBatch)
+	}
+	return nil
+}
+
+func validateKey(i int, k string) error {
+	if k == "" {
+		field := fieldIdx("keys", i, "key")
+		return inputErr(field, "empty")
+	}
+	if len(k) > MaxKeyLen {
+		return inputErr(fieldIdx("keys", i, "key"), "%d bytes, at most %d", len(k), MaxKeyLen)
+	}
+	return nil
+}
+
+func validateAmount(i int, name string, a Amount) error {
+	if a.Requests < 0 || a.Requests > MaxAmount {
+		return inputErr(fieldIdx("keys", i, name)+".requests", "%d outside [0, %d]", a.Requests, int64(MaxAmount))
+	}
+	if a.Tokens < 0 || a.Tokens > MaxAmount {
+		return inputErr(fieldIdx("keys", i, name)+".tokens", "%d outside [0, %d]", a.Tokens, int64(MaxAmount))
+	}
+	return nil
+}
+
+func validateLimits(i int, l Limits) error {
+	check := func(name string, v int64) error {
+		if v < 0 || v > MaxRate {
+			return inputErr(fieldIdx("keys", i, "limits")+"."+name, "%d outside [0, %d]", v, int64(MaxRate))
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"rpm", l.RPM}, {"tpm", l.TPM}, {"burst_requests", l.BurstRequests}, {"burst_tokens", l.BurstTokens}} {
+		if err := check(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if lim, ok := dimLimit(l.RPM, l.BurstRequests); ok {
+		if err := lim.Validate(); err != nil {
+			return inputErr(fieldIdx("keys", i, "limits")+".rpm", "%v", err)
+		}
+	}
+	if lim, ok := dimLimit(l.TPM, l.BurstTokens); ok {
+		if err := lim.Validate(); err != nil {
+			return inputErr(fieldIdx("keys", i, "limits")+".tpm", "%v", err)
+		}
+	}
+	return nil
+}
+
+// dimLimit returns the bucket for one dimension and whether it is limited.
+func dimLimit(rate, burst int64) (bucket.Limit, bool) {
+	if rate == 0 {
+		return bucket.Limit{}, false
+	}
+	c := burst
+	if c == 0 {
+		c = rate
+	}
+	return bucket.Limit{Capacity: c, Refill: rate, Period: time.Minute}, true
+}
+
+// dupChecker finds a key listed twice in one batch. Small batches use a
+// quadratic scan (no allocation); large ones a map.
+
+func checkDuplicates(n int, key func(int) string) error {
+	if n <= 16 {
+		for i := 1; i < n; i++ {
+			for j := 0; j < i; j++ {
+				if key(i) == key(j) {
+					return inputErr(fieldIdx("keys", i, "key"), "duplicates keys[%d].key", j)
+				}
+			}
+		}
+		return nil
+	}
+	seen := make(map[string]int, n)
+	for i := 0; i < n; i++ {
+		if j, ok := seen[key(i)]; ok {
+			return inputErr(fieldIdx("keys", i, "key"), "duplicates keys[%d].key", j)
+		}
+		seen[key(i)] = i
+	}
+	return nil
+}
+
+func fieldIdx(list string, i int, name string) string {
+	return list + "[" + itoa(i) + "]." + name
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b [20]byte
+	p := len(b)
+	for i > 0 {
+		p--
+		b[p] = byte('0' + i%10)
+		i /= 10
+	}
+	return string(b[p:])
+}
+
+func validateAcquire(c Caller, keys []AcquireKey) error {
+	if err := validateCaller(c); err != nil {
+		return err
+	}
+	if err := validateBatch(len(keys), false); err != nil {
+		return err
+	}
+	for i := range keys {
+		k := &keys[i]
+		if err := validateKey(i, k.Key); err != nil {
+			return err
+		}
+		if err := validateLimits(i, k.Limits); err != nil {
+			return err
+		}
+		for _, a := range []struct {
+			name string
+			v    Amount
+		}{{"want", k.Want}, {"need", k.Need}, {"spend_rate", k.SpendRate}, {"returned", k.Returned}, {"held", k.Held}, {"debt", k.Debt}} {
+			if err := validateAmount(i, a.name, a.v); err != nil {
+				return err
+			}
+		}
+	}
+	return checkDuplicates(len(keys), func(i int) string { return keys[i].Key })
+}
+
+func validateReserve(c Caller, keys []ReserveKey) error {
+	if err := validateCaller(c); err != nil {
+		return err
+	}
+	if err := validateBatch(len(keys), false); err != nil {
+		return err
+	}
+	for i := range keys {
+		k := &keys[i]
+		if err := validateKey(i, k.Key); err != nil {
+			return err
+		}
+		if err := validateLimits(i, k.Limits); err != nil {
+			return err
+		}
+		if err := validateAmount(i, "cost", k.Cost); err != nil {
+			return err
+		}
+		if k.MaxWait < 0 || k.MaxWait > MaxWait {
+			return inputErr(fieldIdx("keys", i, "max_wait_us"), "%v outside [0, %v]", k.MaxWait, MaxWait)
+		}
+	}
+	return checkDuplicates(len(keys), func(i int) string { return keys[i].Key })
+}
+
+func validateRelease(c Caller, keys []ReleaseKey) error {
+	if err := validateCaller(c); err != nil {
+		return err
+	}
+	if err := validateBatch(len(keys), true); err != nil {
+		return err
+	}
+	for i := range keys {
+		k := &keys[i]
+		if err := validateKey(i, k.Key); err != nil {
+			return err
+		}
+		if err := validateLimits(i, k.Limits); err != nil {
+			return err
+		}
+		if err := validateAmount(i, "returned", k.Returned); err != nil {
+			return err
+		}
+		if err := validateAmount(i, "debt", k.Debt); err != nil {
+			return err
+		}
+	}
+	return checkDuplicates(len(keys), func(i int) string { return keys[i].Key })
+}
