@@ -1,0 +1,118 @@
+package spenderhttp
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// usage is the token usage an OpenAI-compatible upstream reports: chat and
+// completions use prompt/completion tokens, the Responses API input/output
+// tokens, embeddings prompt tokens only.
+type usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+}
+
+// tokens returns the total the key is charged: total_tokens, or the sum of
+// the parts when that is larger (some engines omit the total). Negative
+// fields count as 0.
+func (u *usage) tokens() int64 {
+	parts := satAdd(satAdd(max(u.PromptTokens, 0), max(u.CompletionTokens, 0)),
+		satAdd(max(u.InputTokens, 0), max(u.OutputTokens, 0)))
+	return max(min(u.TotalTokens, maxTokenCount), parts)
+}
+
+// jsonUsage is the top level of a JSON answer: usage for chat,
+// completions, embeddings and Responses; response.usage for a Responses
+// stream's final event.
+type jsonUsage struct {
+	Usage    *usage `json:"usage"`
+	Response *struct {
+		Usage *usage `json:"usage"`
+	} `json:"response"`
+}
+
+func (j *jsonUsage) get() *usage {
+	if j.Usage != nil {
+		return j.Usage
+	}
+	if j.Response != nil {
+		return j.Response.Usage
+	}
+	return nil
+}
+
+// usageFromJSON reads the usage of a complete JSON answer.
+func usageFromJSON(body []byte) *usage {
+	var j jsonUsage
+	if json.Unmarshal(body, &j) != nil {
+		return nil
+	}
+	return j.get()
+}
+
+// usageFromTail finds the last "usage" member in the tail of a JSON answer
+// too large to keep whole, and decodes the object after it. A "usage"
+// inside a JSON string is escaped (\"usage\") and is skipped.
+func usageFromTail(tail []byte) *usage {
+	key := []byte(`"usage"`)
+	for end := len(tail); end > 0; {
+		i := bytes.LastIndex(tail[:end], key)
+		if i < 0 {
+			return nil
+		}
+		end = i
+		if i > 0 && tail[i-1] == '\\' {
+			continue
+		}
+		rest := bytes.TrimLeft(tail[i+len(key):], " \t\r\n")
+		if len(rest) == 0 || rest[0] != ':' {
+			continue
+		}
+		var u *usage
+		if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&u) == nil && u != nil {
+			return u
+		}
+	}
+	return nil
+}
+
+// streamChunk is the part of one SSE data payload the stage reads: the
+// usage (non-null only in the final chunk when include_usage is on) and
+// the generated text, counted when no usage ever comes.
+type streamChunk struct {
+	jsonUsage
+	Choices []struct {
+		Text  string `json:"text"`
+		Delta struct {
+			Content          string `json:"content"`
+			ReasoningContent string `json:"reasoning_content"`
+			Refusal          string `json:"refusal"`
+			ToolCalls        []struct {
+				Function struct {
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Delta json.RawMessage `json:"delta"` // Responses API text deltas (a string)
+}
+
+// outputBytes returns the bytes of generated text in the chunk.
+func (c *streamChunk) outputBytes() int64 {
+	var n int64
+	if len(c.Delta) >= 2 && c.Delta[0] == '"' {
+		n = int64(len(c.Delta) - 2) // escapes count as written
+	}
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		n += int64(len(ch.Text) + len(ch.Delta.Content) + len(ch.Delta.ReasoningContent) + len(ch.Delta.Refusal))
+		for _, tc := range ch.Delta.ToolCalls {
+			n += int64(len(tc.Function.Arguments))
+		}
+	}
+	return n
+}
