@@ -52,6 +52,7 @@ type recordingReserver struct {
 	reserved []spender.Cost
 	keys     []string
 	events   []event
+	notify   chan<- event // if set, receives every event too
 }
 
 func (r *recordingReserver) Reserve(ctx context.Context, key string, lim spender.Limits, c spender.Cost) (spender.Reservation, error) {
@@ -78,6 +79,12 @@ func (r *recordingReserver) Reserved() []spender.Cost {
 	return append([]spender.Cost(nil), r.reserved...)
 }
 
+func (r *recordingReserver) send(ev event) {
+	if r.notify != nil {
+		r.notify <- ev
+	}
+}
+
 type recordingReservation struct {
 	spender.Reservation
 	r *recordingReserver
@@ -87,6 +94,7 @@ func (rr *recordingReservation) Settle(c spender.Cost) {
 	rr.r.mu.Lock()
 	rr.r.events = append(rr.r.events, event{"settle", c})
 	rr.r.mu.Unlock()
+	rr.r.send(event{"settle", c})
 	rr.Reservation.Settle(c)
 }
 
@@ -94,6 +102,7 @@ func (rr *recordingReservation) Cancel() {
 	rr.r.mu.Lock()
 	rr.r.events = append(rr.r.events, event{"cancel", spender.Cost{}})
 	rr.r.mu.Unlock()
+	rr.r.send(event{"cancel", spender.Cost{}})
 	rr.Reservation.Cancel()
 }
 

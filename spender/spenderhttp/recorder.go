@@ -43,7 +43,7 @@ type recorder struct {
 	cfg    *config
 	status spender.Status // the budget at reservation, written as headers
 
-	code      int  // the status written, 0 until then
+	code      int // the status written, 0 until then
 	mode      bodyMode
 	dropUsage bool // the stage asked for include_usage: drop the usage-only chunk
 
