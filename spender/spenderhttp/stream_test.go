@@ -270,3 +270,43 @@ func TestStreamClientDisconnectSettles(t *testing.T) {
 	g.Close()
 	http.DefaultClient.CloseIdleConnections()
 }
+
+func TestStreamFlushedWithoutHandlerFlush(t *testing.T) {
+	step := make(chan struct{})
+	events := []string{contentChunk("one", false), contentChunk("two", false), "[DONE]"}
+	// A handler that never flushes: the middleware must send each event
+	// as it completes, or the client waits for the whole answer.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i, ev := range events {
+			if i > 0 {
+				select {
+				case <-step:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			fmt.Fprintf(w, "data: %s\n\n", ev)
+		}
+	})
+	rec, _ := newRecorder()
+	front := httptest.NewServer(authed(streamKey, spenderhttp.Middleware(rec, nil)(handler)))
+	defer front.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp := post(t, ctx, front.URL, chat(`"stream":true`))
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for i, want := range events {
+		if i > 0 {
+			step <- struct{}{}
+		}
+		var line string
+		for line == "" && sc.Scan() {
+			line = sc.Text()
+		}
+		if line != "data: "+want {
+			t.Fatalf("event %d: read %q (%v), want it before the handler writes more", i, line, sc.Err())
+		}
+	}
+}
