@@ -51,30 +51,64 @@ func SetHeaders(h http.Header, s spender.Status, opts ...Option) {
 
 // setHeaders is SetHeaders with the configuration already built.
 func (c *config) setHeaders(h http.Header, s spender.Status) {
+	c.headerSet(s).apply(h)
+}
+
+// headerKV is one header, its name canonical.
+type headerKV struct {
+	name  string
+	value []string
+}
+
+// headerSet is the budget headers of one Status, computed once and
+// applied as often as needed (before the handler runs and again when it
+// writes its status) without formatting them again.
+type headerSet []headerKV
+
+// apply sets every header of hs in h, replacing existing values.
+func (hs headerSet) apply(h http.Header) {
+	for _, kv := range hs {
+		h[kv.name] = kv.value
+	}
+}
+
+// headerSet computes the headers SetHeaders writes for s.
+func (c *config) headerSet(s spender.Status) headerSet {
+	if s.LimitRequests <= 0 && s.LimitTokens <= 0 {
+		return nil
+	}
+	// One backing array for every value: one allocation instead of one
+	// per header.
+	vals := make([]string, 0, 14)
+	hs := make(headerSet, 0, 14)
+	add := func(name, v string) {
+		vals = append(vals, v)
+		hs = append(hs, headerKV{name, vals[len(vals)-1 : len(vals) : len(vals)]})
+	}
 	if s.LimitRequests > 0 {
-		h[hdrLimitRequests] = []string{strconv.FormatInt(s.LimitRequests, 10)}
-		h[hdrRemainingRequests] = []string{strconv.FormatInt(max(s.RemainingRequests, 0), 10)}
-		h[hdrResetRequests] = []string{resetString(s.ResetRequests)}
+		add(hdrLimitRequests, strconv.FormatInt(s.LimitRequests, 10))
+		add(hdrRemainingRequests, strconv.FormatInt(max(s.RemainingRequests, 0), 10))
+		add(hdrResetRequests, resetString(s.ResetRequests))
 	}
 	if s.LimitTokens > 0 {
-		h[hdrLimitTokens] = []string{strconv.FormatInt(s.LimitTokens, 10)}
-		h[hdrRemainingTokens] = []string{strconv.FormatInt(max(s.RemainingTokens, 0), 10)}
-		h[hdrResetTokens] = []string{resetString(s.ResetTokens)}
+		add(hdrLimitTokens, strconv.FormatInt(s.LimitTokens, 10))
+		add(hdrRemainingTokens, strconv.FormatInt(max(s.RemainingTokens, 0), 10))
+		add(hdrResetTokens, resetString(s.ResetTokens))
 	}
 	if c.anthropic {
 		now := c.clock.Now()
 		if s.LimitRequests > 0 {
-			h[hdrAnthRequestsLimit] = []string{strconv.FormatInt(s.LimitRequests, 10)}
-			h[hdrAnthRequestsRemaining] = []string{strconv.FormatInt(max(s.RemainingRequests, 0), 10)}
-			h[hdrAnthRequestsReset] = []string{resetInstant(now, s.ResetRequests)}
+			add(hdrAnthRequestsLimit, strconv.FormatInt(s.LimitRequests, 10))
+			add(hdrAnthRequestsRemaining, strconv.FormatInt(max(s.RemainingRequests, 0), 10))
+			add(hdrAnthRequestsReset, resetInstant(now, s.ResetRequests))
 		}
 		if s.LimitTokens > 0 {
-			h[hdrAnthTokensLimit] = []string{strconv.FormatInt(s.LimitTokens, 10)}
-			h[hdrAnthTokensRemaining] = []string{strconv.FormatInt(max(s.RemainingTokens, 0), 10)}
-			h[hdrAnthTokensReset] = []string{resetInstant(now, s.ResetTokens)}
+			add(hdrAnthTokensLimit, strconv.FormatInt(s.LimitTokens, 10))
+			add(hdrAnthTokensRemaining, strconv.FormatInt(max(s.RemainingTokens, 0), 10))
+			add(hdrAnthTokensReset, resetInstant(now, s.ResetTokens))
 		}
 	}
-	if c.ietf && (s.LimitRequests > 0 || s.LimitTokens > 0) {
+	if c.ietf {
 		var policy, state []byte
 		if s.LimitRequests > 0 {
 			policy = appendPolicy(policy, "requests", s.LimitRequests, "")
@@ -84,9 +118,10 @@ func (c *config) setHeaders(h http.Header, s spender.Status) {
 			policy = appendPolicy(policy, "tokens", s.LimitTokens, "tokens")
 			state = appendState(state, "tokens", s.RemainingTokens, s.ResetTokens)
 		}
-		h[hdrIETFPolicy] = []string{string(policy)}
-		h[hdrIETF] = []string{string(state)}
+		add(hdrIETFPolicy, string(policy))
+		add(hdrIETF, string(state))
 	}
+	return hs
 }
 
 // resetString formats a reset duration the way OpenAI does, rounded up to

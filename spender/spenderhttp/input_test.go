@@ -169,7 +169,7 @@ func TestMiddlewareSettlement(t *testing.T) {
 			for range 300 { // about 3 MB, past the whole-answer buffer
 				_, _ = io.WriteString(w, row)
 			}
-			_, _ = io.WriteString(w, `{}],"usage":{"prompt_tokens":77,"total_tokens":77},"\\"usage":{"total_tokens":1}}`)
+			_, _ = io.WriteString(w, `{}],"usage":{"prompt_tokens":77,"total_tokens":77},"\"usage":{"total_tokens":1}}`)
 		}), event{"settle", spender.Cost{Requests: 1, Tokens: 77}}},
 	}
 	for _, tt := range tests {

@@ -138,12 +138,12 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	setBody(r2, body)
 
-	s.cfg.setHeaders(w.Header(), st)
+	hdrs := s.cfg.headerSet(st)
+	hdrs.apply(w.Header())
 	rec := &recorder{
 		w:         w,
 		rc:        http.NewResponseController(w),
-		cfg:       &s.cfg,
-		status:    st,
+		hdrs:      hdrs,
 		dropUsage: fields["stream_options"] != nil,
 	}
 	returned := false

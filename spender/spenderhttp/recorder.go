@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"mime"
 	"net/http"
-
-	"github.com/rationhq/ration/spender"
 )
 
 // Capture limits, in bytes.
@@ -38,10 +36,9 @@ const (
 // It belongs to one request and is used by the handler's goroutine only
 // (as net/http requires of a ResponseWriter).
 type recorder struct {
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	cfg    *config
-	status spender.Status // the budget at reservation, written as headers
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	hdrs headerSet // the budget at reservation, as headers
 
 	code      int // the status written, 0 until then
 	mode      bodyMode
@@ -83,7 +80,7 @@ func (r *recorder) WriteHeader(code int) {
 	}
 	r.code = code
 	h := r.w.Header()
-	r.cfg.setHeaders(h, r.status)
+	r.hdrs.apply(h)
 	if ct := h.Get("Content-Type"); ct != "" {
 		mt, _, _ := mime.ParseMediaType(ct)
 		switch {

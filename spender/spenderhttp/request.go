@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // maxTokenCount is where token arithmetic saturates, far above any real
@@ -39,7 +40,7 @@ func (e *negativeMaxError) Error() string {
 type wireRequest struct {
 	Model               string          `json:"model"`
 	Prompt              json.RawMessage `json:"prompt"`
-	Messages            json.RawMessage `json:"messages"`
+	Messages            []wireMessage   `json:"messages"`
 	Input               json.RawMessage `json:"input"`
 	MaxTokens           json.RawMessage `json:"max_tokens"`
 	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
@@ -47,6 +48,11 @@ type wireRequest struct {
 	N                   json.RawMessage `json:"n"`
 	Stream              json.RawMessage `json:"stream"`
 	StreamOptions       json.RawMessage `json:"stream_options"`
+}
+
+// wireMessage is one chat message; only its content is read.
+type wireMessage struct {
+	Content json.RawMessage `json:"content"`
 }
 
 // request is what the stage knows about one request body.
@@ -80,16 +86,23 @@ func parseRequest(body []byte) (request, error) {
 	}
 	var w wireRequest
 	if err := json.Unmarshal(trimmed, &w); err != nil {
-		return req, nil
+		// A field of an unexpected type (messages as an object, say) is
+		// skipped and the rest decoded; anything else is not JSON.
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) {
+			return req, nil
+		}
 	}
 	req.valid = true
 	req.model = w.Model
 	var texts []string
 	collect(w.Prompt, &texts, &req.ids, 0)
-	collect(w.Messages, &texts, &req.ids, 0)
+	for _, m := range w.Messages {
+		collect(m.Content, &texts, &req.ids, 1)
+	}
 	collect(w.Input, &texts, &req.ids, 0)
 	req.text = strings.Join(texts, "\n")
-	req.chatLike = len(w.Prompt) > 0 || len(w.Messages) > 0
+	req.chatLike = len(w.Prompt) > 0 || w.Messages != nil
 	req.generates = req.chatLike
 
 	// max_completion_tokens wins over max_tokens (OpenAI deprecated the
@@ -167,8 +180,7 @@ func collect(raw json.RawMessage, texts *[]string, ids *int64, depth int) {
 	}
 	switch raw[0] {
 	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) == nil && s != "" {
+		if s, ok := jsonString(raw); ok && s != "" {
 			*texts = append(*texts, s)
 		}
 	case '[':
@@ -200,6 +212,29 @@ func collect(raw json.RawMessage, texts *[]string, ids *int64, depth int) {
 			*texts = append(*texts, *obj.Text)
 		}
 	}
+}
+
+// jsonString decodes the JSON string raw. Strings without escapes (most
+// prompts) are taken as they are, without a second validation pass.
+func jsonString(raw json.RawMessage) (string, bool) {
+	if len(raw) >= 2 && raw[len(raw)-1] == '"' && bytes.IndexByte(raw[1:len(raw)-1], '\\') < 0 &&
+		bytes.IndexByte(raw[1:len(raw)-1], '"') < 0 && utf8.Valid(raw) && !hasControl(raw) {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	err := json.Unmarshal(raw, &s)
+	return s, err == nil
+}
+
+// hasControl reports whether b holds a byte below 0x20, which a JSON
+// string may not contain unescaped.
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }
 
 // isTextPart reports whether a content part of this type carries prompt

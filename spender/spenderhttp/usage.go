@@ -45,14 +45,11 @@ func (j *jsonUsage) get() *usage {
 	return nil
 }
 
-// usageFromJSON reads the usage of a complete JSON answer.
-func usageFromJSON(body []byte) *usage {
-	var j jsonUsage
-	if json.Unmarshal(body, &j) != nil {
-		return nil
-	}
-	return j.get()
-}
+// usageFromJSON reads the usage of a complete JSON answer: the last
+// "usage" member, found without decoding the rest (an embeddings answer is
+// mostly vectors). Nested "usage" members other than the top level's do
+// not occur in OpenAI-compatible answers.
+func usageFromJSON(body []byte) *usage { return usageFromTail(body) }
 
 // usageFromTail finds the last "usage" member in the tail of a JSON answer
 // too large to keep whole, and decodes the object after it. A "usage"
@@ -72,9 +69,14 @@ func usageFromTail(tail []byte) *usage {
 		if len(rest) == 0 || rest[0] != ':' {
 			continue
 		}
-		var u *usage
-		if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&u) == nil && u != nil {
-			return u
+		rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+		end := objectEnd(rest)
+		if end < 0 {
+			continue
+		}
+		var u usage
+		if json.Unmarshal(rest[:end], &u) == nil {
+			return &u
 		}
 	}
 	return nil
@@ -115,4 +117,37 @@ func (c *streamChunk) outputBytes() int64 {
 		}
 	}
 	return n
+}
+
+// objectEnd returns the length of the JSON object at the start of b, or
+// -1 when b does not start with a complete object. It only balances braces
+// outside strings; json.Unmarshal validates the result.
+func objectEnd(b []byte) int {
+	if len(b) == 0 || b[0] != '{' {
+		return -1
+	}
+	depth, inString, escaped := 0, false, false
+	for i, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return -1
 }
