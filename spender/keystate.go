@@ -10,6 +10,10 @@ import (
 // keyState is one key's pair of buckets. It is guarded by its shard's
 // mutex. A dimension whose rate is 0 has no bucket and is never consulted.
 type keyState struct {
+	sh       *shard
+	key      string
+	hash     uint64    // maphash of key under the Limiter's seed
+	next     *keyState // the next state whose key has the same hash
 	lim      Limits
 	req, tok bucket.Bucket // valid only while lim.RPM > 0, lim.TPM > 0
 	// dead is set when the shard dropped this state (its buckets were full);
@@ -36,8 +40,8 @@ func validateLimits(lim Limits) error {
 }
 
 // newKeyState returns full buckets for lim at now. lim must be valid.
-func newKeyState(lim Limits, now bucket.Instant) *keyState {
-	st := &keyState{lim: lim}
+func newKeyState(sh *shard, key string, h uint64, lim Limits, now bucket.Instant) *keyState {
+	st := &keyState{sh: sh, key: key, hash: h, lim: lim}
 	if bl, ok := lim.RequestLimit(); ok {
 		st.req, _ = bucket.New(bl, now)
 	}

@@ -42,13 +42,16 @@ type Limiter struct {
 
 // shard is one lock and the keys hashed to it.
 type shard struct {
+	l  *Limiter
 	mu sync.Mutex // guards everything below and every keyState in keys
 	// keys holds the state of every key with a bucket that is not full
-	// (and, until the next sweep, some that are).
-	keys     map[string]*keyState
+	// (and, until the next sweep, some that are), by the key's 64-bit
+	// hash; keys whose hashes collide are chained through keyState.next.
+	keys     map[uint64]*keyState
+	n        int            // number of keyStates in keys, chains included
 	sweepAt  bucket.Instant // sweep when the clock reaches this
-	sweepLen int            // or when len(keys) reaches this
-	_        [32]byte       // keep shards on separate cache lines
+	sweepLen int            // or when n reaches this
+	_        [16]byte       // keep shards on separate cache lines
 }
 
 const minSweepLen = 64
@@ -72,7 +75,8 @@ func New(clock Clock, opts ...Option) *Limiter {
 		sweep:  cfg.sweep,
 	}
 	for i := range l.shards {
-		l.shards[i].keys = make(map[string]*keyState)
+		l.shards[i].l = l
+		l.shards[i].keys = make(map[uint64]*keyState)
 		l.shards[i].sweepAt = bucket.Instant(0).Add(cfg.sweep)
 		l.shards[i].sweepLen = minSweepLen
 	}
@@ -123,13 +127,14 @@ func (l *Limiter) reserve(key string, lim Limits, c Cost, maxWait time.Duration)
 	}
 	now := l.clock.Now()
 	inst := bucket.InstantOf(l.epoch, now)
-	sh := &l.shards[maphash.String(l.seed, key)&l.mask]
+	h := maphash.String(l.seed, key)
+	sh := &l.shards[h&l.mask]
 
 	sh.mu.Lock()
-	if inst >= sh.sweepAt || len(sh.keys) >= sh.sweepLen {
-		l.sweepLocked(sh, inst)
+	if inst >= sh.sweepAt || sh.n >= sh.sweepLen {
+		sh.sweepLocked(inst)
 	}
-	st, err := sh.lookupLocked(key, lim, inst)
+	st, err := sh.lookupLocked(h, key, lim, inst)
 	if err != nil {
 		sh.mu.Unlock()
 		return nil, time.Time{}, err
@@ -142,7 +147,7 @@ func (l *Limiter) reserve(key string, lim Limits, c Cost, maxWait time.Duration)
 		return nil, time.Time{}, rej
 	}
 	st.take(c)
-	r := &reservation{l: l, sh: sh, st: st, key: key, cost: c, status: st.status()}
+	r := &reservation{st: st, cost: c, status: st.status()}
 	sh.mu.Unlock()
 	if w > 0 {
 		now = now.Add(w)
@@ -153,8 +158,11 @@ func (l *Limiter) reserve(key string, lim Limits, c Cost, maxWait time.Duration)
 // lookupLocked returns key's state, creating it full or making it follow
 // changed limits. It validates limits only when they differ from the
 // stored ones, so the steady state pays one comparison.
-func (sh *shard) lookupLocked(key string, lim Limits, now bucket.Instant) (*keyState, error) {
-	st := sh.keys[key]
+func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Instant) (*keyState, error) {
+	st := sh.keys[h]
+	for st != nil && st.key != key {
+		st = st.next
+	}
 	if st != nil && st.lim == lim {
 		return st, nil
 	}
@@ -162,25 +170,45 @@ func (sh *shard) lookupLocked(key string, lim Limits, now bucket.Instant) (*keyS
 		return nil, err
 	}
 	if st == nil {
-		st = newKeyState(lim, now)
-		sh.keys[key] = st
-		return st, nil
+		return sh.insertLocked(h, key, lim, now), nil
 	}
 	st.setLimits(lim, now)
 	return st, nil
 }
 
+// insertLocked adds a full state for key, which must not be present.
+func (sh *shard) insertLocked(h uint64, key string, lim Limits, now bucket.Instant) *keyState {
+	st := newKeyState(sh, key, h, lim, now)
+	st.next = sh.keys[h]
+	sh.keys[h] = st
+	sh.n++
+	return st
+}
+
 // sweepLocked drops the state of every key in sh whose buckets are full at
 // now, and schedules the next sweep.
-func (l *Limiter) sweepLocked(sh *shard, now bucket.Instant) {
-	for k, st := range sh.keys {
-		if st.fullAt() <= now {
-			st.dead = true
-			delete(sh.keys, k)
+func (sh *shard) sweepLocked(now bucket.Instant) {
+	for h, head := range sh.keys {
+		var keep *keyState
+		for st := head; st != nil; {
+			next := st.next
+			if st.fullAt() <= now {
+				st.dead = true
+				sh.n--
+			} else {
+				st.next = keep
+				keep = st
+			}
+			st = next
+		}
+		if keep == nil {
+			delete(sh.keys, h)
+		} else {
+			sh.keys[h] = keep
 		}
 	}
-	sh.sweepAt = now.Add(l.sweep)
-	sh.sweepLen = max(2*len(sh.keys), minSweepLen)
+	sh.sweepAt = now.Add(sh.l.sweep)
+	sh.sweepLen = max(2*sh.n, minSweepLen)
 }
 
 // Keys returns the number of keys whose state the Limiter currently holds.
@@ -192,7 +220,7 @@ func (l *Limiter) Keys() int {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		n += len(sh.keys)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -200,13 +228,10 @@ func (l *Limiter) Keys() int {
 
 // reservation is a standalone Limiter's Reservation.
 type reservation struct {
-	l      *Limiter
-	sh     *shard
 	st     *keyState // may be dropped (dead) by a sweep before settlement
-	key    string
 	cost   Cost
 	status Status // immutable after creation
-	done   bool   // guarded by sh.mu
+	done   bool   // guarded by st.sh.mu
 }
 
 func (r *reservation) Status() Status { return r.status }
@@ -216,8 +241,9 @@ func (r *reservation) Cancel() { r.Settle(Cost{}) }
 func (r *reservation) Settle(actual Cost) {
 	actual.Requests, actual.Tokens = max(0, actual.Requests), max(0, actual.Tokens)
 	refund := Cost{Requests: r.cost.Requests - actual.Requests, Tokens: r.cost.Tokens - actual.Tokens}
-	r.sh.mu.Lock()
-	defer r.sh.mu.Unlock()
+	sh := r.st.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	if r.done {
 		return
 	}
@@ -233,14 +259,16 @@ func (r *reservation) Settle(actual Cost) {
 	// An overrun is charged at the current instant, after the refill up to
 	// it. A state dropped by a sweep was full; the key's live state (made
 	// anew, full, if there is none) is where the adjustment belongs.
-	now := bucket.InstantOf(r.l.epoch, r.l.clock.Now())
+	now := bucket.InstantOf(sh.l.epoch, sh.l.clock.Now())
 	if st.dead {
-		if live := r.sh.keys[r.key]; live != nil {
-			st = live
-		} else {
-			st = newKeyState(st.lim, now) // st.lim was validated when stored
-			r.sh.keys[r.key] = st
+		live := sh.keys[st.hash]
+		for live != nil && live.key != st.key {
+			live = live.next
 		}
+		if live == nil {
+			live = sh.insertLocked(st.hash, st.key, st.lim, now) // st.lim was validated when stored
+		}
+		st = live
 	}
 	if overrun {
 		st.advance(now)
