@@ -22,9 +22,9 @@ const DefaultCompletionTokens = 256
 //
 // Completion tokens are max_completion_tokens, else max_tokens, else the
 // Responses API's max_output_tokens, else DefaultCompletionTokens, times n
-// (the number of choices, at most 128). A body with only an input field
-// (an embeddings request) reserves no completion tokens unless it sets a
-// max. Negative max values are ignored here; Middleware rejects them with
+// (the number of choices, at most 128). A body with neither prompt nor
+// messages (an embeddings request, or none at all) reserves no completion
+// tokens unless it sets a max. Negative max values are ignored here; Middleware rejects them with
 // 400 before estimating.
 //
 // A body that is not a JSON object costs ceil(len(body)/4) plus

@@ -51,7 +51,8 @@ type Reserver interface {
 //  7. When the handler returns (or panics), the reservation is settled
 //     exactly once: with the usage the upstream reported (JSON usage, or
 //     the final SSE chunk's); else Cancel if the status is 5xx (our outages
-//     are free) or the handler panicked; else 1 request and 0 tokens for a
+//     are free) or the handler panicked before writing; else 1 request and
+//     0 tokens for a
 //     4xx; else the prompt estimate plus the generated text seen at
 //     ceil(bytes/4), the fallback for a client that disconnected or an
 //     upstream that reports no usage.
