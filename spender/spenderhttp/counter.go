@@ -153,36 +153,32 @@ func countArray(raw []byte) (int64, error) {
 		return 0, errors.New("not a JSON array")
 	}
 	var n int64
-	depth, inString, escaped, empty := 0, false, false, true
+	var sc stringSkipper
+	depth, empty := 0, true
 	for _, b := range raw {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case b == '\\':
-				escaped = true
-			case b == '"':
-				inString = false
+		if sc.inString(b) {
+			if depth == 1 {
+				empty = false
 			}
 			continue
-		case b == '"':
-			inString = true
-		case b == '[' || b == '{':
+		}
+		switch b {
+		case '[', '{':
 			if depth == 1 {
 				empty = false
 			}
 			depth++
-			continue
-		case b == ']' || b == '}':
+		case ']', '}':
 			depth--
-			continue
-		case b == ',' && depth == 1:
-			n++
-			continue
-		}
-		if depth == 1 && b != ' ' && b != '\t' && b != '\n' && b != '\r' {
-			empty = false
+		case ',':
+			if depth == 1 {
+				n++
+			}
+		case ' ', '\t', '\n', '\r':
+		default:
+			if depth == 1 {
+				empty = false
+			}
 		}
 	}
 	if empty {

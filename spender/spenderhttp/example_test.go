@@ -6,19 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"time"
 
+	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
-// stoppedClock is a clock that never moves, so the output is fixed.
-type stoppedClock struct{}
-
-func (stoppedClock) Now() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
-
 func Example() {
-	limiter := spender.New(stoppedClock{})
+	limiter := spender.New(fakeclock.New()) // a clock that stands still, so the output is fixed
 	// counter would be spenderhttp.TokenizeCounter{BaseURL: engineURL};
 	// nil estimates prompts at bytes/4.
 	limit := spenderhttp.Middleware(limiter, nil)

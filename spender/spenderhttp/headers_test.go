@@ -38,14 +38,14 @@ func TestSetHeaders(t *testing.T) {
 			map[string]string{"x-ratelimit-limit-tokens": "", "anthropic-ratelimit-tokens-limit": "", "ratelimit-policy": ""}},
 		{"anthropic", hand, []spenderhttp.Option{spenderhttp.WithAnthropicHeaders(), spenderhttp.WithClock(clk)}, map[string]string{
 			"anthropic-ratelimit-requests-limit": "3", "anthropic-ratelimit-requests-remaining": "2",
-			"anthropic-ratelimit-requests-reset": "2026-01-02T03:04:25Z",
+			"anthropic-ratelimit-requests-reset": "2026-01-01T00:00:20Z",
 			"anthropic-ratelimit-tokens-limit":   "1000", "anthropic-ratelimit-tokens-remaining": "700",
-			"anthropic-ratelimit-tokens-reset": "2026-01-02T03:04:23Z",
+			"anthropic-ratelimit-tokens-reset": "2026-01-01T00:00:18Z",
 			"x-ratelimit-limit-tokens":         "1000",
 		}},
 		{"anthropic reset rounds up", spender.Status{LimitTokens: 5, ResetTokens: 1500 * time.Millisecond},
 			[]spenderhttp.Option{spenderhttp.WithAnthropicHeaders(), spenderhttp.WithClock(clk)},
-			map[string]string{"anthropic-ratelimit-tokens-reset": "2026-01-02T03:04:07Z"}},
+			map[string]string{"anthropic-ratelimit-tokens-reset": "2026-01-01T00:00:02Z"}},
 		{"ietf", hand, []spenderhttp.Option{spenderhttp.WithIETFHeaders()}, map[string]string{
 			"ratelimit-policy": `"requests";q=3;w=60, "tokens";q=1000;qu="tokens";w=60`,
 			"ratelimit":        `"requests";r=2;t=20, "tokens";r=700;t=18`,

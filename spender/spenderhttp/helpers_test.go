@@ -9,34 +9,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
-// t0 is the fake clock's start.
-var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
-// fakeClock is a spender.Clock the test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{now: t0} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newClock() *fakeclock.Clock { return fakeclock.New() }
 
 // event is one call a recordingReserver saw on a reservation.
 type event struct {
@@ -107,7 +86,7 @@ func (rr *recordingReservation) Cancel() {
 }
 
 // newRecorder returns a real Limiter on a fake clock, wrapped to record.
-func newRecorder() (*recordingReserver, *fakeClock) {
+func newRecorder() (*recordingReserver, *fakeclock.Clock) {
 	clk := newClock()
 	return &recordingReserver{Reserver: spender.New(clk)}, clk
 }

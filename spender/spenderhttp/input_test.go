@@ -259,7 +259,7 @@ func TestMiddlewareOptionalHeaders(t *testing.T) {
 		"x-ratelimit-reset-tokens":             "18s",
 		"x-ratelimit-reset-requests":           "20s",
 		"anthropic-ratelimit-tokens-remaining": "700",
-		"anthropic-ratelimit-tokens-reset":     "2026-01-02T03:04:23Z",
+		"anthropic-ratelimit-tokens-reset":     "2026-01-01T00:00:18Z",
 		"ratelimit":                            `"requests";r=2;t=20, "tokens";r=700;t=18`,
 		"ratelimit-policy":                     `"requests";q=3;w=60, "tokens";q=1000;qu="tokens";w=60`,
 	}

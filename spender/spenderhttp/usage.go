@@ -126,23 +126,16 @@ func objectEnd(b []byte) int {
 	if len(b) == 0 || b[0] != '{' {
 		return -1
 	}
-	depth, inString, escaped := 0, false, false
+	depth := 0
+	var sc stringSkipper
 	for i, c := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
+		if sc.inString(c) {
+			continue
+		}
+		switch c {
+		case '{', '[':
 			depth++
-		case c == '}' || c == ']':
+		case '}', ']':
 			depth--
 			if depth == 0 {
 				return i + 1
@@ -150,4 +143,27 @@ func objectEnd(b []byte) int {
 		}
 	}
 	return -1
+}
+
+// stringSkipper follows JSON strings through a byte stream, so scanners
+// can act on structural bytes only.
+type stringSkipper struct {
+	in, escaped bool
+}
+
+// inString reports whether c is part of a JSON string (its quotes
+// included), updating the state.
+func (s *stringSkipper) inString(c byte) bool {
+	switch {
+	case s.escaped:
+		s.escaped = false
+	case s.in && c == '\\':
+		s.escaped = true
+	case c == '"':
+		s.in = !s.in
+		return true
+	case !s.in:
+		return false
+	}
+	return true
 }
