@@ -207,7 +207,9 @@ func sub(a, b Cost) Cost { return Cost{Requests: a.Requests - b.Requests, Tokens
 
 func toAmount(c Cost) *leasev1.Amount { return &leasev1.Amount{Requests: c.Requests, Tokens: c.Tokens} }
 
-func fromAmount(a *leasev1.Amount) Cost { return Cost{Requests: a.GetRequests(), Tokens: a.GetTokens()} }
+func fromAmount(a *leasev1.Amount) Cost {
+	return Cost{Requests: a.GetRequests(), Tokens: a.GetTokens()}
+}
 
 func toLimits(l Limits) *leasev1.Limits {
 	return &leasev1.Limits{Rpm: l.RPM, Tpm: l.TPM, BurstRequests: l.BurstRequests, BurstTokens: l.BurstTokens}
