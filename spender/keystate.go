@@ -149,7 +149,10 @@ func (st *keyState) status() Status {
 // nothing.
 func (st *keyState) droppable(now bucket.Instant) bool {
 	if st.ls != nil {
-		return st.ls.idle(now)
+		// Fallback buckets are kept across flapping outages until they are
+		// full again, so that each outage does not restart with a burst.
+		fb := keyState{lim: st.ls.fbLim, req: st.req, tok: st.tok}
+		return st.ls.idle(now) && (!st.ls.fallback || fb.fullAt() <= now)
 	}
 	return st.fullAt() <= now
 }

@@ -357,7 +357,8 @@ var errUnreachable = errors.New("spender: allocator unreachable")
 func (lz *leaser) call(method string, onFail func(), do func(context.Context, *leasev1.Caller) error) error {
 	lz.seq++
 	backoff := 10 * time.Millisecond
-	stale := 0
+	stale, fails := 0, 0
+	first := time.Now()
 	for {
 		caller := &leasev1.Caller{SpenderId: lz.id, Epoch: lz.epoch, Sequence: lz.seq}
 		ctx, cancel := context.WithTimeout(context.Background(), lz.cfg.callTimeout)
@@ -399,8 +400,14 @@ func (lz *leaser) call(method string, onFail func(), do func(context.Context, *l
 			lz.log.Warn("spender: allocator refused our epoch or sequence; starting a new epoch", "method", method, "epoch", lz.epoch, "err", err)
 			continue
 		}
-		onFail()
-		lz.setFallback(true, err)
+		// One lost reply is not an outage: the retry usually answers within
+		// the slow-path deadline. Declare the allocator unreachable (and
+		// let waiters fall back) after three failed attempts or once the
+		// call has been failing for longer than the deadline.
+		if fails++; fails >= 3 || time.Since(first) >= lz.cfg.slowDeadline {
+			onFail()
+			lz.setFallback(true, err)
+		}
 		jitter := time.Duration(rand.Int64N(int64(backoff)/2 + 1))
 		t := time.NewTimer(backoff/2 + jitter)
 		select {

@@ -151,7 +151,7 @@ func (ls *leaseState) low(lim Limits, lead time.Duration) bool {
 func (ls *leaseState) idle(now bucket.Instant) bool {
 	ls.valid(now)
 	return ls.avail == Cost{} && ls.outstanding == Cost{} && ls.debt == Cost{} && ls.ret == Cost{} &&
-		!ls.queued && !ls.inCall && ls.notBefore <= now && !ls.fallback && now.Sub(ls.lastUse) > time.Minute
+		!ls.queued && !ls.inCall && ls.notBefore <= now && now.Sub(ls.lastUse) > time.Minute
 }
 
 // status estimates the key's global budget for headers: the global bucket
