@@ -3,4 +3,4 @@ package allocator
 import "os"
 
 func osMkdirTemp() (string, error) { return os.MkdirTemp("", "ration-prop-") }
-func osRemoveAll(dir string)        { os.RemoveAll(dir) }
+func osRemoveAll(dir string)       { os.RemoveAll(dir) }

@@ -118,7 +118,9 @@ func (s *modelSpender) viewOf(epoch uint64) *[2]heldView {
 	return v
 }
 
-func (s *modelSpender) caller() Caller { return Caller{SpenderID: s.id, Epoch: s.epoch, Sequence: s.seq} }
+func (s *modelSpender) caller() Caller {
+	return Caller{SpenderID: s.id, Epoch: s.epoch, Sequence: s.seq}
+}
 
 func (s *modelSpender) pendingOn(k int) (a Amount) {
 	for _, p := range s.pending {
@@ -484,7 +486,7 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 					t.Fatal("stale call changed the ledger")
 				}
 			},
-			"release": func(t *rapid.T) { h.release(t, pick(t)) },
+			"release":         func(t *rapid.T) { h.release(t, pick(t)) },
 			"spender restart": func(t *rapid.T) { h.newEpoch(pick(t)) },
 			"allocator restart": func(t *rapid.T) {
 				before := dump(h.l)
