@@ -201,14 +201,14 @@ func (lz *leaser) acquire(keys []*keyState) {
 			Key:       st.key,
 			Limits:    toLimits(st.lim),
 			Want:      toAmount(ls.want(st.lim, lz.horizon(ls))),
-			Need:      toAmount(limitedPart(st.lim, ls.need)),
+			Need:      toAmount(ls.need(st.lim)),
 			SpendRate: &leasev1.Amount{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)},
 			Returned:  toAmount(ls.ret),
 			Held:      toAmount(Cost{Requests: max(0, held.Requests), Tokens: max(0, held.Tokens)}),
 			Debt:      toAmount(ls.debt),
 		})
 		// What is in the body is delivered exactly once, with the answer.
-		ls.ret, ls.debt, ls.need = Cost{}, Cost{}, Cost{}
+		ls.ret, ls.debt, ls.waitMax, ls.waitSum = Cost{}, Cost{}, Cost{}, Cost{}
 		ls.queued, ls.inCall = false, true
 		waits[len(sent)] = ls.wait
 		ls.wait = nil
@@ -240,7 +240,7 @@ func (lz *leaser) acquire(keys []*keyState) {
 		sh.mu.Lock()
 		st.ls.inCall = false
 		if err == nil {
-			lz.applyGrant(st, resp.GetKeys()[i], expiry, recv)
+			lz.applyGrant(st, fromAmount(req.GetKeys()[i].GetNeed()), resp.GetKeys()[i], expiry, recv)
 		}
 		sh.mu.Unlock()
 	}
@@ -251,7 +251,7 @@ func (lz *leaser) acquire(keys []*keyState) {
 func (lz *leaser) horizon(ls *leaseState) time.Duration { return lz.cfg.horizon }
 
 // applyGrant applies one key's answer (the caller holds the shard lock).
-func (lz *leaser) applyGrant(st *keyState, g *leasev1.KeyGrant, expiry, recv bucket.Instant) {
+func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expiry, recv bucket.Instant) {
 	ls := st.ls
 	ls.expiry = expiry
 	if recv >= expiry {
@@ -266,10 +266,7 @@ func (lz *leaser) applyGrant(st *keyState, g *leasev1.KeyGrant, expiry, recv buc
 		ls.notBefore = 0
 	case leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED:
 		ls.notBefore = recv.Add(time.Duration(g.GetRetryAfterUs()) * time.Microsecond)
-		ls.shortDim = Tokens
-		if sn := g.GetSnapshot(); sn.GetRequests().GetLimit() > 0 && sn.GetRequests().GetRemaining() < ls.lastCost.Requests {
-			ls.shortDim = Requests
-		}
+		ls.shortDim = shortDim(st.lim, need, g.GetSnapshot())
 	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
 		ls.tooLarge = true
 	}
@@ -288,6 +285,16 @@ func (lz *leaser) applyGrant(st *keyState, g *leasev1.KeyGrant, expiry, recv buc
 		m.returnedTokens.Add(float64(r.Tokens))
 	}
 	ls.fallbackSinceCalls = false
+}
+
+// shortDim is the dimension whose global bucket falls short of need,
+// tokens when both or neither do.
+func shortDim(lim Limits, need Cost, sn *leasev1.Snapshot) Dimension {
+	if lim.RPM > 0 && need.Requests > sn.GetRequests().GetRemaining() &&
+		(lim.TPM == 0 || need.Tokens <= sn.GetTokens().GetRemaining()) {
+		return Requests
+	}
+	return Tokens
 }
 
 // reserveAhead sends one ReserveAhead for jobs and hands each its answer.
@@ -416,7 +423,7 @@ func (lz *leaser) call(method string, onFail func(), do func(context.Context, *l
 			return err
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
@@ -454,7 +461,7 @@ func (lz *leaser) maintain(force bool) {
 		for _, head := range sh.keys {
 			for st := head; st != nil; st = st.next {
 				ls := st.ls
-				if ls == nil || ls.queued || ls.inCall {
+				if ls == nil || ls.queued {
 					continue
 				}
 				ls.valid(now)
