@@ -71,7 +71,7 @@ func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim L
 		sh.mu.Unlock()
 		return r, now, nil
 	}
-	if ahead {
+	if ahead && !lz.cfg.manual {
 		sh.mu.Unlock()
 		return l.reserveAhead(ctx, st, lim, c, maxWait)
 	}
@@ -86,8 +86,31 @@ func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim L
 		sh.mu.Unlock()
 		return r, now, err
 	}
+	if lz.cfg.manual {
+		r, err := l.pendingLocked(st, lim, c, inst)
+		sh.mu.Unlock()
+		return r, now, err
+	}
 	sh.mu.Unlock()
 	return l.slowPath(ctx, st, lim, c)
+}
+
+// pendingLocked is the slow path of manual leasing: queue the key and
+// return ErrLeasePending, until the key has waited longer than the
+// slow-path deadline, when the fallback policy decides.
+func (l *Limiter) pendingLocked(st *keyState, lim Limits, c Cost, now bucket.Instant) (Reservation, error) {
+	ls := st.ls
+	if ls.hasPending && now.Sub(ls.pending) >= l.lz.cfg.slowDeadline {
+		return l.fallbackLocked(st, c, now)
+	}
+	if !ls.hasPending {
+		ls.pending, ls.hasPending = now, true
+	}
+	lc := limitedPart(lim, c)
+	ls.waitMax = Cost{Requests: max(ls.waitMax.Requests, lc.Requests), Tokens: max(ls.waitMax.Tokens, lc.Tokens)}
+	ls.waitSum = add(ls.waitSum, lc)
+	l.lz.enqueueLocked(st, true)
+	return nil, ErrLeasePending
 }
 
 // slowPath asks the allocator for what c lacks, once per round for all the

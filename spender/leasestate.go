@@ -26,6 +26,8 @@ type leaseState struct {
 	waitMax Cost          // the largest cost a blocked Reserve waits for
 	waitSum Cost          // the sum of the costs blocked Reserves wait for
 	wait    chan struct{} // closed when the next Acquire carrying this key ends
+	pending    bucket.Instant // manual leasing: when a Reserve first waited
+	hasPending bool           // manual leasing: a Reserve is waiting
 
 	// The key's global state as of the last answer, for headers.
 	snap       *leasev1.Snapshot
