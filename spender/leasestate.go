@@ -21,11 +21,11 @@ type leaseState struct {
 	shortDim  Dimension      // the dimension that was short then
 	tooLarge  bool           // the allocator said the last need can never fit
 
-	queued  bool          // waiting for the next Acquire
-	inCall  bool          // in the Acquire being sent
-	waitMax Cost          // the largest cost a blocked Reserve waits for
-	waitSum Cost          // the sum of the costs blocked Reserves wait for
-	wait    chan struct{} // closed when the next Acquire carrying this key ends
+	queued     bool           // waiting for the next Acquire
+	inCall     bool           // in the Acquire being sent
+	waitMax    Cost           // the largest cost a blocked Reserve waits for
+	waitSum    Cost           // the sum of the costs blocked Reserves wait for
+	wait       chan struct{}  // closed when the next Acquire carrying this key ends
 	pending    bucket.Instant // manual leasing: when a Reserve first waited
 	hasPending bool           // manual leasing: a Reserve is waiting
 
