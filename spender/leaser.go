@@ -602,10 +602,12 @@ func (lz *leaser) release(ctx context.Context) error {
 			}
 			m.calls.WithLabelValues("Release", result).Inc()
 		}
-		if err == nil || connect.CodeOf(err) == connect.CodeInvalidArgument || connect.CodeOf(err) == connect.CodeFailedPrecondition {
-			if err != nil {
-				return fmt.Errorf("spender: releasing leases: %w", err)
-			}
+		switch connect.CodeOf(err) {
+		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeUnauthenticated, connect.CodePermissionDenied:
+			// Retrying cannot help: the holdings expire on their own.
+			return fmt.Errorf("spender: releasing leases: %w", err)
+		}
+		if err == nil {
 			return nil
 		}
 		t := time.NewTimer(backoff)
