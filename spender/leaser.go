@@ -313,6 +313,9 @@ func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expir
 	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
 		ls.tooLarge = true
 	}
+	if g.GetHeld() != nil {
+		ls.trimTo(st.lim, fromAmount(g.GetHeld()))
+	}
 	if g.GetSnapshot() != nil {
 		ls.snap, ls.snapAt = g.GetSnapshot(), recv
 	}

@@ -115,6 +115,20 @@ func (ls *leaseState) settle(lim Limits, reserved, actual Cost, gen uint32) {
 	adjust(&ls.avail.Tokens, &ls.debt.Tokens, reserved.Tokens, actual.Tokens)
 }
 
+// trimTo makes the lease agree with what the allocator says this spender
+// holds: the allocator's word is authoritative (after it lost state it
+// could not vouch for, it counts old holdings as zero), so an unspent
+// lease above it is dropped. Unsettled requests stay admitted.
+func (ls *leaseState) trimTo(lim Limits, held Cost) {
+	local := add(ls.avail, ls.outstanding)
+	if lim.RPM > 0 && local.Requests > held.Requests {
+		ls.avail.Requests = max(0, ls.avail.Requests-(local.Requests-held.Requests))
+	}
+	if lim.TPM > 0 && local.Tokens > held.Tokens {
+		ls.avail.Tokens = max(0, ls.avail.Tokens-(local.Tokens-held.Tokens))
+	}
+}
+
 // updateRate refreshes the spend-rate estimate at now (an exponentially
 // weighted average of the rate between calls).
 func (ls *leaseState) updateRate(now bucket.Instant) {
