@@ -8,37 +8,6 @@ import (
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
-// lookupLeasedLocked returns key's leased state, creating it empty (a new
-// key holds no lease). A change of limits is only recorded: the allocator
-// follows the latest limits it is sent.
-func (sh *shard) lookupLeasedLocked(h uint64, key string, lim Limits) (*keyState, error) {
-	st := sh.keys[h]
-	for st != nil && st.key != key {
-		st = st.next
-	}
-	if st != nil && st.lim == lim {
-		return st, nil
-	}
-	if err := validateLimits(lim); err != nil {
-		return nil, err
-	}
-	if st == nil {
-		// One allocation for both, so the hot path touches adjacent memory.
-		lk := &struct {
-			keyState
-			leaseState
-		}{}
-		st = &lk.keyState
-		*st = keyState{sh: sh, key: key, hash: h, lim: lim, ls: &lk.leaseState}
-		st.next = sh.keys[h]
-		sh.keys[h] = st
-		sh.n++
-		return st, nil
-	}
-	st.lim = lim
-	return st, nil
-}
-
 // oversize reports whether c can never fit lim, and in which dimension.
 func oversize(lim Limits, c Cost) (Dimension, bool) {
 	if lim.RPM > 0 && c.Requests > capacityOf(lim.RPM, lim.BurstRequests) {
@@ -61,7 +30,7 @@ func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim L
 	if inst >= sh.sweepAt || sh.n >= sh.sweepLen {
 		sh.sweepLocked(inst)
 	}
-	st, err := sh.lookupLeasedLocked(h, key, lim)
+	st, err := sh.lookupLocked(h, key, lim, inst)
 	if err != nil {
 		sh.mu.Unlock()
 		return nil, time.Time{}, err
