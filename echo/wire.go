@@ -77,7 +77,11 @@ func writeFailure(w http.ResponseWriter, err error) {
 	var tl *tooLarge
 	switch {
 	case errors.As(err, &br):
-		oaierror.Write(w, http.StatusBadRequest, oaierror.TypeInvalidRequest, "invalid_value", br.param, br.msg)
+		code := "" // a body-level mistake (empty, not JSON) names no field and has no code
+		if br.param != "" {
+			code = "invalid_value"
+		}
+		oaierror.Write(w, http.StatusBadRequest, oaierror.TypeInvalidRequest, code, br.param, br.msg)
 	case errors.As(err, &tl):
 		oaierror.Write(w, http.StatusRequestEntityTooLarge, oaierror.TypeInvalidRequest, "request_too_large", "",
 			"Request body too large: the limit is "+strconv.FormatInt(tl.limit, 10)+" bytes.")
