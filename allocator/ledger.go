@@ -357,16 +357,14 @@ func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
 		if ks.fresh {
 			continue // state lost at recovery, limits unknown: kept until its next call
 		}
-		n := len(ks.holds)
-		if n > 0 {
+		if len(ks.holds) > 0 {
 			ks.touch(now, l.cfg.ttl, l.cfg.strict)
+			l.markKey(name) // touched state must be what is on disk
 		}
 		if ks.idle(now) {
 			delete(l.keys, name)
 			l.markKey(name)
 			keys++
-		} else if len(ks.holds) != n {
-			l.markKey(name)
 		}
 	}
 	horizon := now.Add(-l.cfg.retention)

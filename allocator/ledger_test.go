@@ -312,7 +312,7 @@ func TestSweepDropsIdleKeysAndSessions(t *testing.T) {
 	if k, s, err := l.Sweep(ctx); err != nil || k != 0 || s != 0 {
 		t.Fatalf("sweep of a busy key: %d %d %v", k, s, err)
 	}
-	clk.Advance(l.TTL())             // lease expired, bucket at 400
+	clk.Advance(l.TTL()) // lease expired, bucket at 400
 	if k, _, _ := l.Sweep(ctx); k != 0 {
 		t.Fatal("dropped a key whose bucket is not full")
 	}

@@ -110,13 +110,14 @@ func (st *store) sync(context.Context) error {
 // [from, end) into tx, each once (at its latest mark).
 func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 	keys, sessions := tx.Bucket(bucketKeys), tx.Bucket(bucketSessions)
-	var e enc
 	for pos := from; pos < end; pos++ {
 		id := st.log[pos-st.base]
 		if st.latest[id] != pos {
 			continue // marked again later; written then
 		}
-		e.b = e.b[:0]
+		// A fresh buffer per record: bbolt keeps the slices it is given
+		// until the transaction ends.
+		var e enc
 		var err error
 		if id.session {
 			if s := st.l.sessions[id.name]; s != nil {

@@ -16,6 +16,9 @@ type keyState struct {
 	next     *keyState // the next state whose key has the same hash
 	lim      Limits
 	req, tok bucket.Bucket // valid only while lim.RPM > 0, lim.TPM > 0
+	// ls is the lease state of a leased Limiter's key (nil when
+	// standalone); req and tok then serve only as fallback buckets.
+	ls *leaseState
 	// dead is set when the shard dropped this state (its buckets were full);
 	// a reservation that still points here looks the key up again.
 	dead bool
@@ -139,6 +142,19 @@ func (st *keyState) status() Status {
 		s.ResetTokens = st.tok.TimeToFull()
 	}
 	return s
+}
+
+// droppable reports whether the state carries no information at now and
+// may be dropped: standalone buckets full again, or a lease state holding
+// nothing.
+func (st *keyState) droppable(now bucket.Instant) bool {
+	if st.ls != nil {
+		// Fallback buckets are kept across flapping outages until they are
+		// full again, so that each outage does not restart with a burst.
+		fb := keyState{lim: st.ls.fbLim, req: st.req, tok: st.tok}
+		return st.ls.idle(now) && (!st.ls.fallback || fb.fullAt() <= now)
+	}
+	return st.fullAt() <= now
 }
 
 // fullAt returns the instant from which both buckets are full, so the

@@ -38,6 +38,7 @@ type Limiter struct {
 	shards []shard
 	mask   uint64
 	sweep  time.Duration
+	lz     *leaser // nil for a standalone Limiter
 }
 
 // shard is one lock and the keys hashed to it.
@@ -56,8 +57,11 @@ type shard struct {
 
 const minSweepLen = 64
 
-// New returns a standalone Limiter that keeps every bucket in this process
-// and reads the time from clock (nil means SystemClock).
+// New returns a Limiter that reads the time from clock (nil means
+// SystemClock). By default it is standalone: it keeps every key's whole
+// budget in this process. With WithLeases it spends leases from an
+// allocator instead, so that many Limiters share each key's global budget;
+// such a Limiter must be closed with Close.
 func New(clock Clock, opts ...Option) *Limiter {
 	if clock == nil {
 		clock = SystemClock{}
@@ -80,6 +84,9 @@ func New(clock Clock, opts ...Option) *Limiter {
 		l.shards[i].sweepAt = bucket.Instant(0).Add(cfg.sweep)
 		l.shards[i].sweepLen = minSweepLen
 	}
+	if cfg.lease.src != nil {
+		l.lz = newLeaser(l, cfg.lease)
+	}
 	return l
 }
 
@@ -89,7 +96,7 @@ func New(clock Clock, opts ...Option) *Limiter {
 // set and no RetryAfter. It never blocks and never touches the network.
 // ctx is not consulted by the standalone Limiter.
 func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, c Cost) (Reservation, error) {
-	r, _, err := l.reserve(key, lim, c, 0)
+	r, _, err := l.reserve(ctx, key, lim, c, 0, false)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +111,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, c Cost) (
 // whose RetryAfter is the wait that would have been needed. A negative
 // maxWait counts as 0.
 func (l *Limiter) ReserveAt(ctx context.Context, key string, lim Limits, c Cost, maxWait time.Duration) (Reservation, time.Time, error) {
-	r, at, err := l.reserve(key, lim, c, max(0, maxWait))
+	r, at, err := l.reserve(ctx, key, lim, c, max(0, maxWait), true)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -112,7 +119,7 @@ func (l *Limiter) ReserveAt(ctx context.Context, key string, lim Limits, c Cost,
 }
 
 // reserve is Reserve (maxWait 0) and ReserveAt.
-func (l *Limiter) reserve(key string, lim Limits, c Cost, maxWait time.Duration) (Reservation, time.Time, error) {
+func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
 	if key == "" || len(key) > MaxKeyLen {
 		return nil, time.Time{}, fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidKey, len(key), MaxKeyLen)
 	}
@@ -125,9 +132,12 @@ func (l *Limiter) reserve(key string, lim Limits, c Cost, maxWait time.Duration)
 		}
 		return unlimited{}, l.clock.Now(), nil
 	}
+	h := maphash.String(l.seed, key)
+	if l.lz != nil {
+		return l.reserveLeased(ctx, h, key, lim, c, maxWait, ahead)
+	}
 	now := l.clock.Now()
 	inst := bucket.InstantOf(l.epoch, now)
-	h := maphash.String(l.seed, key)
 	sh := &l.shards[h&l.mask]
 
 	sh.mu.Lock()
@@ -192,7 +202,7 @@ func (sh *shard) sweepLocked(now bucket.Instant) {
 		var keep *keyState
 		for st := head; st != nil; {
 			next := st.next
-			if st.fullAt() <= now {
+			if st.droppable(now) {
 				st.dead = true
 				sh.n--
 			} else {
@@ -224,6 +234,28 @@ func (l *Limiter) Keys() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// Flush sends a leased Limiter's pending debts and returns to the allocator
+// now and waits for the answer; it does nothing for a standalone Limiter.
+// It returns ErrClosed after Close, or ctx's error.
+func (l *Limiter) Flush(ctx context.Context) error {
+	if l.lz == nil {
+		return nil
+	}
+	return l.lz.flush(ctx)
+}
+
+// Close stops a leased Limiter's background work and gives back every
+// unspent lease to the allocator (one Release call, retried until ctx
+// ends). Reservations still outstanding can be settled afterwards but
+// their refunds are not returned. Close on a standalone Limiter does
+// nothing. It is safe to call more than once.
+func (l *Limiter) Close(ctx context.Context) error {
+	if l.lz == nil {
+		return nil
+	}
+	return l.lz.close(ctx)
 }
 
 // reservation is a standalone Limiter's Reservation.

@@ -10,10 +10,11 @@ type Option interface {
 type config struct {
 	shards int
 	sweep  time.Duration
+	lease  leaseConfig
 }
 
 func defaultConfig() config {
-	return config{shards: 256, sweep: time.Minute}
+	return config{shards: 256, sweep: time.Minute, lease: defaultLeaseConfig()}
 }
 
 type optionFunc func(*config)

@@ -17,6 +17,11 @@ const none = -1
 // "send now, at t, or not in time". A bucket of capacity c refilled one
 // token every e seconds is Limits{RPM: 60/e, BurstRequests: c}.
 func TestWaitModeSeedCases(t *testing.T) {
+	runWaitModeCases(t, func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter { return spender.New(clk) })
+}
+
+// runWaitModeCases runs the seed 002 cases on Limiters made by newLimiter.
+func runWaitModeCases(t *testing.T, newLimiter func(*testing.T, *fakeclock.Clock) *spender.Limiter) {
 	zeros := func(n int) []int64 { return make([]int64, n) }
 	steps := func(from, to, step int64) []int64 {
 		var out []int64
@@ -65,7 +70,7 @@ func TestWaitModeSeedCases(t *testing.T) {
 	} {
 		t.Run(fmt.Sprint(i+1), func(t *testing.T) {
 			clk := fakeclock.New()
-			l := spender.New(clk)
+			l := newLimiter(t, clk)
 			lim := spender.Limits{RPM: 60 / tc.every, BurstRequests: tc.capacity}
 			got := make([]int64, 0, len(tc.requests))
 			for _, sec := range tc.requests {

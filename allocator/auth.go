@@ -1,0 +1,74 @@
+package allocator
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"os"
+	"strings"
+
+	"connectrpc.com/connect/v2"
+)
+
+// ReadTokenFile reads bearer tokens, one per line; blank lines and lines
+// starting with # are ignored, surrounding spaces trimmed. It fails if the
+// file holds no token.
+func ReadTokenFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("allocator: token file: %w", err)
+	}
+	defer f.Close()
+	var tokens []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		tokens = append(tokens, line)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("allocator: token file: %w", err)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("allocator: token file %s holds no token", path)
+	}
+	return tokens, nil
+}
+
+// BearerAuth returns a server interceptor that admits a call only if its
+// Authorization header is "Bearer <t>" for one of tokens, and otherwise
+// fails it with CodeUnauthenticated before any work is done. Tokens are
+// compared as SHA-256 digests in constant time, against every token, so
+// neither the match nor the length leaks through timing.
+func BearerAuth(tokens []string) connect.ServerInterceptor {
+	sums := make([][32]byte, len(tokens))
+	for i, t := range tokens {
+		sums[i] = sha256.Sum256([]byte(t))
+	}
+	return func(next connect.ServerFunc) connect.ServerFunc {
+		return func(ctx context.Context, spec connect.Spec, stream connect.ServerStream) error {
+			info, ok := connect.CallInfoForServerContext(ctx)
+			if !ok || !authorized(info.RequestHeader().Get("Authorization"), sums) {
+				return connect.NewError(connect.CodeUnauthenticated, "allocator: missing or invalid bearer token")
+			}
+			return next(ctx, spec, stream)
+		}
+	}
+}
+
+func authorized(header string, sums [][32]byte) bool {
+	const prefix = "Bearer "
+	if len(header) < len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
+		return false
+	}
+	got := sha256.Sum256([]byte(header[len(prefix):]))
+	ok := 0
+	for i := range sums {
+		ok |= subtle.ConstantTimeCompare(got[:], sums[i][:])
+	}
+	return ok == 1
+}

@@ -1,0 +1,159 @@
+package allocator
+
+import (
+	"time"
+
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+)
+
+// Conversions between the protocol messages and the ledger's types. Replies
+// are built from one slice per message type, so a 64-key reply costs a
+// handful of allocations, not hundreds.
+
+func callerOf(c *leasev1.Caller) Caller {
+	return Caller{SpenderID: c.GetSpenderId(), Epoch: c.GetEpoch(), Sequence: c.GetSequence()}
+}
+
+func amountOf(a *leasev1.Amount) Amount {
+	return Amount{Requests: a.GetRequests(), Tokens: a.GetTokens()}
+}
+
+func limitsOf(l *leasev1.Limits) Limits {
+	return Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens()}
+}
+
+func us(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
+
+func acquireKeysOf(req *leasev1.AcquireRequest) []AcquireKey {
+	in := req.GetKeys()
+	out := make([]AcquireKey, len(in))
+	for i, k := range in {
+		out[i] = AcquireKey{
+			Key: k.GetKey(), Limits: limitsOf(k.GetLimits()),
+			Want: amountOf(k.GetWant()), Need: amountOf(k.GetNeed()), SpendRate: amountOf(k.GetSpendRate()),
+			Returned: amountOf(k.GetReturned()), Held: amountOf(k.GetHeld()), Debt: amountOf(k.GetDebt()),
+		}
+	}
+	return out
+}
+
+func reserveKeysOf(req *leasev1.ReserveAheadRequest) []ReserveKey {
+	in := req.GetKeys()
+	out := make([]ReserveKey, len(in))
+	for i, k := range in {
+		w := k.GetMaxWaitUs()
+		maxWait := time.Duration(w) * time.Microsecond
+		if w < 0 || w > int64(MaxWait/time.Microsecond) {
+			maxWait = -1 // out of range; validation names the field
+			if w > 0 {
+				maxWait = MaxWait + time.Microsecond
+			}
+		}
+		out[i] = ReserveKey{Key: k.GetKey(), Limits: limitsOf(k.GetLimits()), Cost: amountOf(k.GetCost()), MaxWait: maxWait}
+	}
+	return out
+}
+
+func releaseKeysOf(req *leasev1.ReleaseRequest) []ReleaseKey {
+	in := req.GetKeys()
+	out := make([]ReleaseKey, len(in))
+	for i, k := range in {
+		out[i] = ReleaseKey{Key: k.GetKey(), Limits: limitsOf(k.GetLimits()), Returned: amountOf(k.GetReturned()), Debt: amountOf(k.GetDebt())}
+	}
+	return out
+}
+
+// protoAlloc hands out proto messages from slices allocated once per reply.
+type protoAlloc struct {
+	amounts []leasev1.Amount
+	snaps   []leasev1.Snapshot
+	dims    []leasev1.DimSnapshot
+}
+
+func newProtoAlloc(amounts, snaps int) *protoAlloc {
+	return &protoAlloc{
+		amounts: make([]leasev1.Amount, amounts),
+		snaps:   make([]leasev1.Snapshot, snaps),
+		dims:    make([]leasev1.DimSnapshot, 2*snaps),
+	}
+}
+
+func (p *protoAlloc) amount(a Amount) *leasev1.Amount {
+	m := &p.amounts[0]
+	p.amounts = p.amounts[1:]
+	m.Requests, m.Tokens = a.Requests, a.Tokens
+	return m
+}
+
+func (p *protoAlloc) dim(d DimSnapshot) *leasev1.DimSnapshot {
+	m := &p.dims[0]
+	p.dims = p.dims[1:]
+	m.Limit, m.Remaining, m.ResetUs = d.Limit, d.Remaining, us(d.Reset)
+	return m
+}
+
+func (p *protoAlloc) snapshot(s Snapshot) *leasev1.Snapshot {
+	m := &p.snaps[0]
+	p.snaps = p.snaps[1:]
+	m.Requests, m.Tokens = p.dim(s.Requests), p.dim(s.Tokens)
+	return m
+}
+
+func statusOf(s Status) leasev1.GrantStatus {
+	switch s {
+	case StatusOK:
+		return leasev1.GrantStatus_GRANT_STATUS_OK
+	case StatusNotCovered:
+		return leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED
+	case StatusTooLarge:
+		return leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE
+	case StatusTooLate:
+		return leasev1.GrantStatus_GRANT_STATUS_TOO_LATE
+	}
+	return leasev1.GrantStatus_GRANT_STATUS_UNSPECIFIED
+}
+
+func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
+	n := len(r.Keys)
+	p := newProtoAlloc(3*n, n)
+	grants := make([]leasev1.KeyGrant, n)
+	ptrs := make([]*leasev1.KeyGrant, n)
+	for i := range r.Keys {
+		x := &r.Keys[i]
+		g := &grants[i]
+		g.Status = statusOf(x.Status)
+		g.Granted, g.Returned, g.Held = p.amount(x.Granted), p.amount(x.Returned), p.amount(x.Held)
+		g.RetryAfterUs = us(x.RetryAfter)
+		g.Snapshot = p.snapshot(x.Snapshot)
+		g.ActiveSpenders = uint32(x.ActiveSpenders)
+		ptrs[i] = g
+	}
+	return &leasev1.AcquireResponse{Keys: ptrs, LeaseTtlUs: us(r.LeaseTTL)}
+}
+
+func reserveResponseOf(r *ReserveReply) *leasev1.ReserveAheadResponse {
+	n := len(r.Keys)
+	p := newProtoAlloc(n, n)
+	res := make([]leasev1.KeyReservation, n)
+	ptrs := make([]*leasev1.KeyReservation, n)
+	for i := range r.Keys {
+		x := &r.Keys[i]
+		g := &res[i]
+		g.Status = statusOf(x.Status)
+		g.WaitUs = us(x.Wait)
+		g.Held = p.amount(x.Held)
+		g.Snapshot = p.snapshot(x.Snapshot)
+		g.ActiveSpenders = uint32(x.ActiveSpenders)
+		ptrs[i] = g
+	}
+	return &leasev1.ReserveAheadResponse{Keys: ptrs, LeaseTtlUs: us(r.LeaseTTL)}
+}
+
+func releaseResponseOf(r *ReleaseReply) *leasev1.ReleaseResponse {
+	p := newProtoAlloc(len(r.Returned), 0)
+	ptrs := make([]*leasev1.Amount, len(r.Returned))
+	for i, a := range r.Returned {
+		ptrs[i] = p.amount(a)
+	}
+	return &leasev1.ReleaseResponse{Returned: ptrs}
+}

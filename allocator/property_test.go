@@ -1,0 +1,517 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rationhq/ration/bucket"
+	"pgregory.net/rapid"
+)
+
+// The property test drives a durable ledger with random calls from model
+// spenders over a lossy network (dropped replies, retries, stale
+// duplicates, commits that fail like a crash) with allocator and spender
+// restarts in between, and checks after every step, for every key and
+// dimension:
+//
+//   - the bound: for every window [a, b] ending now, what spenders
+//     admitted in it plus what they could still admit at b is at most
+//     C + rho*(b - a + TTL) (C + rho*(b - a) in strict mode) plus the debt
+//     reported so far;
+//   - returns never exceed holdings: a credited return is at most what the
+//     ledger's previous reply said the spender held, and 0 once that
+//     holding has expired.
+//
+// The model spenders only use what replies they received told them; the
+// checks use only replies and the clock, never the ledger's internals.
+
+type propKey struct {
+	name string
+	lim  Limits
+}
+
+var propKeys = []propKey{
+	{"k0", Limits{RPM: 60, TPM: 600}},
+	{"k1", Limits{RPM: 30, TPM: 120, BurstTokens: 200}},
+}
+
+const propTTL = 10 * time.Second
+
+type admission struct {
+	at  bucket.Instant
+	key int
+	amt Amount
+}
+
+type pendingRes struct {
+	key int
+	amt Amount
+	at  bucket.Instant
+}
+
+type heldView struct {
+	held Amount
+	exp  bucket.Instant
+}
+
+type lastCall struct {
+	kind     callKind
+	seq      uint64
+	acquire  []AcquireKey
+	reserve  []ReserveKey
+	sent     bucket.Instant
+	reply    any  // the reply the ledger gave (nil if the call failed)
+	received bool // the spender got it
+}
+
+type modelSpender struct {
+	id      string
+	liar    bool // never admits; over-claims returns and held
+	epoch   uint64
+	seq     uint64
+	applied uint64 // the highest sequence the ledger applied in this epoch
+	pool    [2]Amount
+	exp     [2]bucket.Instant
+	pending []pendingRes
+	last    *lastCall
+	// ledger-side view from replies, by epoch and key
+	view map[uint64]*[2]heldView
+}
+
+type propHarness struct {
+	t        *rapid.T
+	path     string
+	clk      *fakeClock
+	strict   bool
+	l        *Ledger
+	failNext atomic.Bool
+	spenders []*modelSpender
+	adm      []admission
+	debt     [2]Amount
+}
+
+func (h *propHarness) now() bucket.Instant { return bucket.InstantOf(unixEpoch, h.clk.Now()) }
+
+func (h *propHarness) open() {
+	l, err := Open(h.path, WithClock(h.clk), WithTTL(propTTL), WithStrict(h.strict), withNoSync(),
+		withHook(func(string) error {
+			if h.failNext.Load() {
+				return errors.New("injected crash")
+			}
+			return nil
+		}))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.l = l
+}
+
+func (s *modelSpender) viewOf(epoch uint64) *[2]heldView {
+	v := s.view[epoch]
+	if v == nil {
+		v = new([2]heldView)
+		s.view[epoch] = v
+	}
+	return v
+}
+
+func (s *modelSpender) caller() Caller {
+	return Caller{SpenderID: s.id, Epoch: s.epoch, Sequence: s.seq}
+}
+
+func (s *modelSpender) pendingOn(k int) (a Amount) {
+	for _, p := range s.pending {
+		if p.key == k {
+			a.Requests += p.amt.Requests
+			a.Tokens += p.amt.Tokens
+		}
+	}
+	return a
+}
+
+func amountGen(max int64) *rapid.Generator[Amount] {
+	return rapid.Custom(func(t *rapid.T) Amount {
+		return Amount{Requests: rapid.Int64Range(0, max/10+1).Draw(t, "r"), Tokens: rapid.Int64Range(0, max).Draw(t, "t")}
+	})
+}
+
+// advance moves the clock, admitting due reservations at their instants
+// and dropping pools whose lease expired.
+func (h *propHarness) advance(d time.Duration) {
+	end := h.now().Add(d)
+	for {
+		next := end
+		for _, s := range h.spenders {
+			for _, p := range s.pending {
+				if p.at < next {
+					next = p.at
+				}
+			}
+		}
+		if next > h.now() {
+			h.clk.Advance(next.Sub(h.now()))
+		}
+		for _, s := range h.spenders {
+			kept := s.pending[:0]
+			for _, p := range s.pending {
+				if p.at <= h.now() {
+					h.adm = append(h.adm, admission{at: h.now(), key: p.key, amt: p.amt})
+				} else {
+					kept = append(kept, p)
+				}
+			}
+			s.pending = kept
+			for k := range s.pool {
+				if s.exp[k] <= h.now() {
+					s.pool[k] = Amount{}
+				}
+			}
+		}
+		if next == end {
+			return
+		}
+	}
+}
+
+// checkReturn checks a credited return against the ledger's last word on
+// the holding, then records the new holding.
+func (h *propHarness) checkReturn(s *modelSpender, epoch uint64, k int, credited, held Amount, exp bucket.Instant) {
+	v := &s.viewOf(epoch)[k]
+	limit := v.held
+	if v.exp <= h.now() {
+		limit = Amount{}
+	}
+	if credited.Requests > limit.Requests || credited.Tokens > limit.Tokens {
+		h.t.Fatalf("spender %s key %d: credited return %+v exceeds holding %+v", s.id, k, credited, limit)
+	}
+	v.held = held
+	v.exp = max(v.exp, exp)
+}
+
+func (h *propHarness) acquire(t *rapid.T, s *modelSpender) {
+	var keys []AcquireKey
+	var idx []int
+	for k, pk := range propKeys {
+		if !rapid.Bool().Draw(t, "include") {
+			continue
+		}
+		ak := AcquireKey{Key: pk.name, Limits: pk.lim, Want: amountGen(400).Draw(t, "want")}
+		if rapid.IntRange(0, 3).Draw(t, "needs") == 0 {
+			ak.Need = amountGen(150).Draw(t, "need")
+		}
+		ak.SpendRate = amountGen(600).Draw(t, "rate")
+		if s.liar {
+			ak.Returned = Amount{s.pool[k].Requests + rapid.Int64Range(0, 50).Draw(t, "xr"), s.pool[k].Tokens + rapid.Int64Range(0, 500).Draw(t, "xt")}
+			ak.Held = amountGen(1000).Draw(t, "lie")
+			s.pool[k] = Amount{}
+		} else {
+			ret := Amount{rapid.Int64Range(0, s.pool[k].Requests).Draw(t, "rr"), rapid.Int64Range(0, s.pool[k].Tokens).Draw(t, "rt")}
+			ak.Returned = ret
+			s.pool[k].Requests -= ret.Requests
+			s.pool[k].Tokens -= ret.Tokens
+			p := s.pendingOn(k)
+			ak.Held = Amount{s.pool[k].Requests + p.Requests, s.pool[k].Tokens + p.Tokens}
+			if rapid.IntRange(0, 5).Draw(t, "overrun") == 0 {
+				ak.Debt = amountGen(30).Draw(t, "debt")
+				h.adm = append(h.adm, admission{at: h.now(), key: k, amt: ak.Debt})
+				h.debt[k].Requests += ak.Debt.Requests
+				h.debt[k].Tokens += ak.Debt.Tokens
+			}
+		}
+		keys = append(keys, ak)
+		idx = append(idx, k)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	s.seq += uint64(rapid.IntRange(1, 2).Draw(t, "seqstep"))
+	s.last = &lastCall{kind: kindAcquire, seq: s.seq, acquire: keys, sent: h.now()}
+	h.send(t, s)
+}
+
+func (h *propHarness) reserve(t *rapid.T, s *modelSpender) {
+	if s.liar {
+		return
+	}
+	k := rapid.IntRange(0, len(propKeys)-1).Draw(t, "rk")
+	rk := ReserveKey{Key: propKeys[k].name, Limits: propKeys[k].lim, Cost: amountGen(150).Draw(t, "cost"),
+		MaxWait: time.Duration(rapid.Int64Range(0, 20).Draw(t, "maxwait")) * time.Second}
+	s.seq++
+	s.last = &lastCall{kind: kindReserve, seq: s.seq, reserve: []ReserveKey{rk}, sent: h.now()}
+	h.send(t, s)
+}
+
+// send delivers s.last to the ledger and decides the reply's fate.
+func (h *propHarness) send(t *rapid.T, s *modelSpender) {
+	c := s.last
+	crash := rapid.IntRange(0, 12).Draw(t, "crash") == 0
+	if crash {
+		h.failNext.Store(true)
+	}
+	var reply any
+	var err error
+	call := Caller{SpenderID: s.id, Epoch: s.epoch, Sequence: c.seq}
+	switch c.kind {
+	case kindAcquire:
+		reply, err = h.l.Acquire(ctx, call, c.acquire)
+	case kindReserve:
+		reply, err = h.l.ReserveAhead(ctx, call, c.reserve)
+	}
+	if crash {
+		h.failNext.Store(false)
+		if !errors.Is(err, ErrNotDurable) {
+			t.Fatalf("injected commit failure: %v", err)
+		}
+		h.l.Close() // the crash: memory is lost, the disk has the last commit
+		h.open()
+		return
+	}
+	if err != nil {
+		t.Fatalf("call %+v: %v", call, err)
+	}
+	s.applied = c.seq
+	if c.reply != nil {
+		// A retry must get exactly the stored reply.
+		if fmt.Sprint(reply) != fmt.Sprint(c.reply) {
+			t.Fatalf("retry reply %v, want stored %v", reply, c.reply)
+		}
+	} else {
+		c.reply = reply
+		h.observe(s, c)
+	}
+	if rapid.IntRange(0, 3).Draw(t, "drop") == 0 {
+		return // reply lost
+	}
+	if !c.received {
+		c.received = true
+		h.deliver(s, c)
+	}
+}
+
+// observe checks a fresh reply (whether or not the spender gets it).
+func (h *propHarness) observe(s *modelSpender, c *lastCall) {
+	switch r := c.reply.(type) {
+	case *AcquireReply:
+		for i, ak := range c.acquire {
+			k := keyIndex(ak.Key)
+			g := r.Keys[i]
+			if g.Granted.Requests > max(ak.Want.Requests, ak.Need.Requests) || g.Granted.Tokens > max(ak.Want.Tokens, ak.Need.Tokens) {
+				h.t.Fatalf("granted %+v beyond want %+v / need %+v", g.Granted, ak.Want, ak.Need)
+			}
+			if g.Status == StatusOK && (g.Granted.Requests < ak.Need.Requests || g.Granted.Tokens < ak.Need.Tokens) {
+				h.t.Fatalf("granted %+v below need %+v", g.Granted, ak.Need)
+			}
+			h.checkReturn(s, s.epoch, k, g.Returned, g.Held, h.now().Add(propTTL))
+		}
+	case *ReserveReply:
+		for i, rk := range c.reserve {
+			k := keyIndex(rk.Key)
+			g := r.Keys[i]
+			exp := h.now()
+			if g.Status == StatusOK {
+				exp = h.now().Add(g.Wait + propTTL)
+			}
+			h.checkReturn(s, s.epoch, k, Amount{}, g.Held, exp)
+		}
+	}
+}
+
+func keyIndex(name string) int {
+	for i, pk := range propKeys {
+		if pk.name == name {
+			return i
+		}
+	}
+	panic(name)
+}
+
+// deliver hands a reply to the model spender.
+func (h *propHarness) deliver(s *modelSpender, c *lastCall) {
+	switch r := c.reply.(type) {
+	case *AcquireReply:
+		for i, ak := range c.acquire {
+			k := keyIndex(ak.Key)
+			if s.exp[k] <= h.now() {
+				s.pool[k] = Amount{}
+			}
+			g := r.Keys[i].Granted
+			s.pool[k].Requests += g.Requests
+			s.pool[k].Tokens += g.Tokens
+			s.exp[k] = c.sent.Add(r.LeaseTTL) // valid from first send
+		}
+	case *ReserveReply:
+		for i, rk := range c.reserve {
+			if r.Keys[i].Status == StatusOK {
+				// send no earlier than receipt + wait (receipt is now)
+				s.pending = append(s.pending, pendingRes{key: keyIndex(rk.Key), amt: rk.Cost, at: h.now().Add(r.Keys[i].Wait)})
+			}
+		}
+	}
+}
+
+func (h *propHarness) consume(t *rapid.T) {
+	s := h.spenders[rapid.IntRange(0, len(h.spenders)-1).Draw(t, "who")]
+	if s.liar {
+		return
+	}
+	k := rapid.IntRange(0, len(propKeys)-1).Draw(t, "ck")
+	if s.exp[k] <= h.now() {
+		return
+	}
+	a := Amount{rapid.Int64Range(0, s.pool[k].Requests).Draw(t, "cr"), rapid.Int64Range(0, s.pool[k].Tokens).Draw(t, "ct")}
+	s.pool[k].Requests -= a.Requests
+	s.pool[k].Tokens -= a.Tokens
+	h.adm = append(h.adm, admission{at: h.now(), key: k, amt: a})
+}
+
+func (h *propHarness) release(t *rapid.T, s *modelSpender) {
+	var keys []ReleaseKey
+	for k, pk := range propKeys {
+		ret := s.pool[k]
+		if s.liar {
+			ret.Tokens += 100
+		}
+		keys = append(keys, ReleaseKey{Key: pk.name, Limits: pk.lim, Returned: ret})
+	}
+	s.seq++
+	r, err := h.l.Release(ctx, s.caller(), keys)
+	if err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	for k := range propKeys {
+		h.checkReturn(s, s.epoch, k, r.Returned[k], Amount{}, 0)
+		s.viewOf(s.epoch)[k] = heldView{}
+	}
+	h.newEpoch(s)
+}
+
+func (h *propHarness) newEpoch(s *modelSpender) {
+	s.epoch++
+	s.seq, s.applied = 0, 0
+	s.pool = [2]Amount{}
+	s.pending = nil
+	s.last = nil
+}
+
+// check verifies the bound for every key, dimension and window ending now.
+func (h *propHarness) check() {
+	now := h.now()
+	for k, pk := range propKeys {
+		for d := 0; d < 2; d++ {
+			lim, on := dimLimit(pk.lim.RPM, pk.lim.BurstRequests)
+			pick := func(a Amount) int64 { return a.Requests }
+			if d == 1 {
+				lim, on = dimLimit(pk.lim.TPM, pk.lim.BurstTokens)
+				pick = func(a Amount) int64 { return a.Tokens }
+			}
+			if !on {
+				continue
+			}
+			var usable int64
+			for _, s := range h.spenders {
+				if s.exp[k] > now {
+					usable += pick(s.pool[k])
+				}
+			}
+			pus := int64(lim.Period / time.Microsecond)
+			extra := int64(propTTL / time.Microsecond)
+			if h.strict {
+				extra = 0
+			}
+			debt := pick(h.debt[k])
+			starts := []bucket.Instant{now}
+			for _, a := range h.adm {
+				starts = append(starts, a.at)
+			}
+			for _, a0 := range starts {
+				var admitted int64
+				for _, a := range h.adm {
+					if a.key == k && a.at >= a0 {
+						admitted += pick(a.amt)
+					}
+				}
+				lhs := (admitted + usable) * pus
+				rhs := (lim.Capacity+debt)*pus + lim.Refill*(int64(now-a0)+extra)
+				if lhs > rhs {
+					h.t.Fatalf("bound broken on key %s dim %d: window [%d, %d] admitted %d + usable %d > C %d + rho*(t%s) + debt %d (strict=%v)",
+						pk.name, d, a0, now, admitted, usable, lim.Capacity, map[bool]string{false: "+TTL", true: ""}[h.strict], debt, h.strict)
+				}
+			}
+		}
+	}
+}
+
+func TestPropertyBoundAndReturns(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h := &propHarness{t: t, path: tempDBRapid(t), clk: newFakeClock(), strict: rapid.Bool().Draw(t, "strict")}
+		h.open()
+		defer func() { h.l.Close() }()
+		for i := 0; i < 3; i++ {
+			h.spenders = append(h.spenders, &modelSpender{
+				id: fmt.Sprintf("s%d", i), liar: i == 2 && rapid.Bool().Draw(t, "liar"), epoch: 1,
+				view: map[uint64]*[2]heldView{},
+			})
+		}
+		pick := func(t *rapid.T) *modelSpender {
+			return h.spenders[rapid.IntRange(0, len(h.spenders)-1).Draw(t, "who")]
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"advance": func(t *rapid.T) {
+				h.advance(time.Duration(rapid.Int64Range(0, 15_000).Draw(t, "ms")) * time.Millisecond)
+			},
+			"acquire": func(t *rapid.T) { h.acquire(t, pick(t)) },
+			"reserve": func(t *rapid.T) { h.reserve(t, pick(t)) },
+			"consume": func(t *rapid.T) { h.consume(t) },
+			"retry": func(t *rapid.T) {
+				s := pick(t)
+				if s.last != nil && !s.last.received {
+					h.send(t, s)
+				}
+			},
+			"stale": func(t *rapid.T) {
+				s := pick(t)
+				if s.applied < 2 {
+					return
+				}
+				before := dump(h.l)
+				_, err := h.l.Acquire(ctx, Caller{SpenderID: s.id, Epoch: s.epoch, Sequence: s.applied - 1},
+					[]AcquireKey{{Key: "k0", Limits: propKeys[0].lim, Want: Amount{1, 1}}})
+				if !errors.Is(err, ErrStaleSequence) {
+					t.Fatalf("reordered old call: %v, want stale sequence", err)
+				}
+				if dump(h.l) != before {
+					t.Fatal("stale call changed the ledger")
+				}
+			},
+			"release":         func(t *rapid.T) { h.release(t, pick(t)) },
+			"spender restart": func(t *rapid.T) { h.newEpoch(pick(t)) },
+			"allocator restart": func(t *rapid.T) {
+				before := dump(h.l)
+				h.l.Close()
+				h.open()
+				if dump(h.l) != before {
+					t.Fatal("restart did not resume exactly")
+				}
+			},
+			"sweep": func(t *rapid.T) {
+				if _, _, err := h.l.Sweep(ctx); err != nil {
+					t.Fatal(err)
+				}
+			},
+			"": func(t *rapid.T) { h.check() },
+		})
+	})
+}
+
+// tempDBRapid returns a fresh store path for one rapid run.
+func tempDBRapid(t *rapid.T) string {
+	dir, err := osMkdirTemp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { osRemoveAll(dir) })
+	return dir + "/ledger.db"
+}

@@ -1,0 +1,130 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect/v2"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
+)
+
+// Service is the LeaseService over a Ledger. It is the connect handler
+// (register it with leasev1connect.RegisterLeaseServiceHandler) and the
+// in-process entry point: its methods have the same signatures and
+// semantics as the generated leasev1connect.LeaseServiceClient, errors
+// included (*connect.Error with the codes of codeOf), so a spender can be
+// given a *Service where it expects a client. It is safe for concurrent use.
+type Service struct {
+	l   *Ledger
+	m   *Metrics
+	log *slog.Logger
+}
+
+var _ leasev1connect.LeaseServiceHandler = (*Service)(nil)
+var _ leasev1connect.LeaseServiceClient = (*Service)(nil)
+
+// ServiceOption configures a Service.
+type ServiceOption interface{ applyService(*Service) }
+
+type serviceOptionFunc func(*Service)
+
+func (f serviceOptionFunc) applyService(s *Service) { f(s) }
+
+// WithMetrics records calls, grants, returns and rejections in m; default none.
+func WithMetrics(m *Metrics) ServiceOption { return serviceOptionFunc(func(s *Service) { s.m = m }) }
+
+// WithServiceLogger sets the logger for internal errors; default discards.
+func WithServiceLogger(l *slog.Logger) ServiceOption {
+	return serviceOptionFunc(func(s *Service) { s.log = l })
+}
+
+// NewService returns the LeaseService over l.
+func NewService(l *Ledger, opts ...ServiceOption) *Service {
+	s := &Service{l: l, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o.applyService(s)
+	}
+	return s
+}
+
+// Acquire implements LeaseService.Acquire.
+func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	start := time.Now()
+	keys := acquireKeysOf(req)
+	r, err := s.l.Acquire(ctx, callerOf(req.GetCaller()), keys)
+	if err != nil {
+		return nil, s.fail("Acquire", start, err)
+	}
+	s.m.acquired(keys, r)
+	s.m.call("Acquire", start, nil)
+	return acquireResponseOf(r), nil
+}
+
+// ReserveAhead implements LeaseService.ReserveAhead.
+func (s *Service) ReserveAhead(ctx context.Context, req *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
+	start := time.Now()
+	keys := reserveKeysOf(req)
+	r, err := s.l.ReserveAhead(ctx, callerOf(req.GetCaller()), keys)
+	if err != nil {
+		return nil, s.fail("ReserveAhead", start, err)
+	}
+	s.m.reserved(keys, r)
+	s.m.call("ReserveAhead", start, nil)
+	return reserveResponseOf(r), nil
+}
+
+// Release implements LeaseService.Release.
+func (s *Service) Release(ctx context.Context, req *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
+	start := time.Now()
+	r, err := s.l.Release(ctx, callerOf(req.GetCaller()), releaseKeysOf(req))
+	if err != nil {
+		return nil, s.fail("Release", start, err)
+	}
+	s.m.released(r)
+	s.m.call("Release", start, nil)
+	return releaseResponseOf(r), nil
+}
+
+func (s *Service) fail(method string, start time.Time, err error) error {
+	ce := codeOf(err)
+	if ce.Code() == connect.CodeInternal || ce.Code() == connect.CodeUnavailable {
+		s.log.Error("allocator: call failed", "method", method, "err", err)
+	}
+	s.m.call(method, start, ce)
+	return ce
+}
+
+// codeOf is the one table from ledger errors to connect codes. The message
+// is public (it reaches the spender); internal detail travels only as the
+// cause. See docs/allocator.md "Errors".
+//
+//	ErrInvalidArgument (an *InputError)    InvalidArgument    "allocator: keys[3].want.tokens: ..."
+//	ErrStaleSequence, ErrSequenceReused,
+//	ErrStaleEpoch, ErrEpochReleased        FailedPrecondition  names spender, epoch, sequence
+//	ErrClosed, ErrNotDurable               Unavailable         retry the same call
+//	context.Canceled / DeadlineExceeded    Canceled / DeadlineExceeded
+//	anything else                          Internal            "allocator: internal error"
+func codeOf(err error) *connect.Error {
+	var ce *connect.Error
+	switch {
+	case errors.As(err, &ce):
+		return ce
+	case errors.Is(err, ErrInvalidArgument):
+		return connect.NewError(connect.CodeInvalidArgument, err.Error()).WithCause(err)
+	case errors.Is(err, ErrStaleSequence), errors.Is(err, ErrSequenceReused),
+		errors.Is(err, ErrStaleEpoch), errors.Is(err, ErrEpochReleased):
+		return connect.NewError(connect.CodeFailedPrecondition, err.Error()).WithCause(err)
+	case errors.Is(err, ErrClosed):
+		return connect.NewError(connect.CodeUnavailable, "allocator: shutting down").WithCause(err)
+	case errors.Is(err, ErrNotDurable):
+		return connect.NewError(connect.CodeUnavailable, "allocator: store unavailable; retry the same call").WithCause(err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, "allocator: canceled").WithCause(err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, "allocator: deadline exceeded").WithCause(err)
+	}
+	return connect.NewError(connect.CodeInternal, "allocator: internal error").WithCause(err)
+}

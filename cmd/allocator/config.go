@@ -1,0 +1,93 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// config is everything cmd/allocator reads from flags and the environment.
+// Each flag has an environment variable RATION_<FLAG> (upper case, dashes
+// as underscores); a flag given on the command line wins.
+type config struct {
+	listen           string
+	dataDir          string
+	leaseTTL         time.Duration
+	strict           bool
+	tokenFile        string
+	noAuth           bool
+	tlsCert          string
+	tlsKey           string
+	batchSize        int
+	batchDelay       time.Duration
+	sessionRetention time.Duration
+	sweepInterval    time.Duration
+	shutdownTimeout  time.Duration
+	logLevel         slog.Level
+	logJSON          bool
+}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("allocator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:7450", "address to serve on (Connect, gRPC, gRPC-Web, /healthz, /readyz, /metrics)")
+	fs.StringVar(&c.dataDir, "data-dir", "data", "directory of the bbolt store (allocator.db)")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", 10*time.Second, "lease time to live (1ms to 1h); enters the bound C + rho*(t+TTL)")
+	fs.BoolVar(&c.strict, "strict", false, "strict mode: bound C + rho*t (holdings count against capacity)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file of accepted bearer tokens, one per line (required unless -no-auth)")
+	fs.BoolVar(&c.noAuth, "no-auth", false, "accept calls without a bearer token (development only)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with -tls-key serves HTTPS, else h2c")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key file (PEM)")
+	fs.IntVar(&c.batchSize, "batch-size", 128, "bbolt group commit: most calls per commit (about the number of concurrent callers)")
+	fs.DurationVar(&c.batchDelay, "batch-delay", 200*time.Microsecond, "bbolt group commit: longest wait for more calls")
+	fs.DurationVar(&c.sessionRetention, "session-retention", time.Hour, "how long a spender's exactly-once record outlives its last call")
+	fs.DurationVar(&c.sweepInterval, "sweep-interval", 0, "how often idle keys and sessions are dropped; 0 = the lease TTL")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long to drain in-flight calls")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.logJSON, "log-json", true, "log JSON lines (false: text)")
+
+	// Environment first, so that flags override it.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "RATION_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return c, fmt.Errorf("-log-level: %w", err)
+	}
+	switch {
+	case c.tokenFile == "" && !c.noAuth:
+		return c, fmt.Errorf("-token-file is required (or -no-auth for development)")
+	case c.tokenFile != "" && c.noAuth:
+		return c, fmt.Errorf("-token-file and -no-auth exclude each other")
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return c, fmt.Errorf("-tls-cert and -tls-key go together")
+	case c.leaseTTL < time.Millisecond || c.leaseTTL > time.Hour:
+		return c, fmt.Errorf("-lease-ttl %v outside [1ms, 1h]", c.leaseTTL)
+	case c.batchSize < 1:
+		return c, fmt.Errorf("-batch-size %d: must be positive", c.batchSize)
+	case c.batchDelay <= 0:
+		return c, fmt.Errorf("-batch-delay %v: must be positive", c.batchDelay)
+	}
+	if c.sweepInterval <= 0 {
+		c.sweepInterval = c.leaseTTL
+	}
+	return c, nil
+}

@@ -1,0 +1,30 @@
+// Command allocator runs ration's central lease service: it owns every API
+// key's global RPM/TPM budget, hands out leases to spenders over Connect,
+// gRPC and gRPC-Web, and keeps its ledger durable in bbolt.
+//
+// Configuration comes from flags or RATION_* environment variables (see
+// -help and docs/allocator.md). SIGTERM or SIGINT drains in-flight calls,
+// then closes the store.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "allocator:", err)
+		os.Exit(2)
+	}
+	if err := run(ctx, cfg, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "allocator:", err)
+		os.Exit(1)
+	}
+}

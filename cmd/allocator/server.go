@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect/v2"
+	"connectrpc.com/connect/v2/connecthttp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rationhq/ration/allocator"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
+)
+
+// run serves until ctx is done, then drains and closes the store.
+func run(ctx context.Context, cfg config, logOut io.Writer) error {
+	log := newLogger(cfg, logOut)
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, ln, log)
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.logLevel}
+	if cfg.logJSON {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// gate is the lease service until the ledger is open: calls before that,
+// and after shutdown began, get CodeUnavailable.
+type gate struct {
+	svc atomic.Pointer[allocator.Service]
+}
+
+var errNotReady = connect.NewError(connect.CodeUnavailable, "allocator: not ready")
+
+func (g *gate) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	if s := g.svc.Load(); s != nil {
+		return s.Acquire(ctx, r)
+	}
+	return nil, errNotReady
+}
+
+func (g *gate) ReserveAhead(ctx context.Context, r *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
+	if s := g.svc.Load(); s != nil {
+		return s.ReserveAhead(ctx, r)
+	}
+	return nil, errNotReady
+}
+
+func (g *gate) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
+	if s := g.svc.Load(); s != nil {
+		return s.Release(ctx, r)
+	}
+	return nil, errNotReady
+}
+
+// serve runs the allocator on ln until ctx is done.
+func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) error {
+	var interceptors []connect.ServerInterceptor
+	if !cfg.noAuth {
+		tokens, err := allocator.ReadTokenFile(cfg.tokenFile)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		interceptors = append(interceptors, allocator.BearerAuth(tokens))
+	} else {
+		log.Warn("allocator: authentication disabled (-no-auth)")
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := allocator.NewMetrics(reg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+
+	g := &gate{}
+	var ready atomic.Bool
+	cs := connect.NewServer(interceptors...)
+	leasev1connect.RegisterLeaseServiceHandler(cs, g)
+	mux := http.NewServeMux()
+	connecthttp.Mount(mux, cs)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	srv := &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	tlsOn := cfg.tlsCert != ""
+	if tlsOn {
+		protocols.SetHTTP2(true)
+		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("tls: %w", err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
+
+	serveErr := make(chan error, 1)
+	go func() {
+		var err error
+		if tlsOn {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		serveErr <- err
+	}()
+	log.Info("allocator: listening", "addr", ln.Addr().String(), "tls", tlsOn)
+
+	// Open and recover the store while /healthz already answers.
+	if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
+		srv.Close()
+		return err
+	}
+	led, err := allocator.Open(filepath.Join(cfg.dataDir, "allocator.db"),
+		allocator.WithTTL(cfg.leaseTTL), allocator.WithStrict(cfg.strict), allocator.WithLogger(log),
+		allocator.WithBatch(cfg.batchSize, cfg.batchDelay), allocator.WithSessionRetention(cfg.sessionRetention),
+		allocator.WithCommitObserver(metrics.ObserveCommit))
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	if err := allocator.RegisterLedger(reg, led); err != nil {
+		srv.Close()
+		led.Close()
+		return err
+	}
+	g.svc.Store(allocator.NewService(led, allocator.WithMetrics(metrics), allocator.WithServiceLogger(log)))
+	ready.Store(true)
+	log.Info("allocator: ready", "lease_ttl", cfg.leaseTTL, "strict", cfg.strict)
+
+	sweepDone := make(chan struct{})
+	sweepCtx, stopSweep := context.WithCancel(context.Background())
+	go func() {
+		defer close(sweepDone)
+		t := time.NewTicker(cfg.sweepInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-sweepCtx.Done():
+				return
+			case <-t.C:
+				if k, s, err := led.Sweep(sweepCtx); err != nil {
+					log.Warn("allocator: sweep", "err", err)
+				} else if k+s > 0 {
+					log.Debug("allocator: swept", "keys", k, "sessions", s)
+				}
+			}
+		}
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	}
+	log.Info("allocator: shutting down")
+	ready.Store(false)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("allocator: drain incomplete", "err", err)
+		srv.Close()
+	}
+	stopSweep()
+	<-sweepDone
+	g.svc.Store(nil)
+	if err := led.Close(); err != nil {
+		return errors.Join(runErr, fmt.Errorf("close store: %w", err))
+	}
+	log.Info("allocator: stopped")
+	if errors.Is(runErr, http.ErrServerClosed) {
+		runErr = nil
+	}
+	return runErr
+}

@@ -1,0 +1,384 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect/v2"
+	"connectrpc.com/connect/v2/connecthttp"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
+)
+
+const testToken = "s3cret-token"
+
+type testServer struct {
+	addr string
+	cfg  config
+	stop context.CancelFunc
+	done chan error
+	log  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func testConfig(t *testing.T, extra ...string) config {
+	t.Helper()
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# spenders\n"+testToken+"\n\nother-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"-listen", "127.0.0.1:0", "-data-dir", filepath.Join(dir, "data"), "-token-file", tokens}, extra...)
+	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func startServer(t *testing.T, cfg config) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := &testServer{addr: ln.Addr().String(), cfg: cfg, stop: cancel, done: make(chan error, 1), log: &syncBuffer{}}
+	go func() { ts.done <- serve(ctx, cfg, ln, newLogger(cfg, ts.log)) }()
+	t.Cleanup(func() { ts.shutdown(t) })
+	waitReady(t, "http://"+ts.addr, http.DefaultClient)
+	return ts
+}
+
+func (ts *testServer) shutdown(t *testing.T) error {
+	t.Helper()
+	ts.stop()
+	select {
+	case err, ok := <-ts.done:
+		if ok {
+			close(ts.done)
+		}
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("server did not stop")
+	}
+	return nil
+}
+
+func waitReady(t *testing.T, base string, hc *http.Client) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		resp, err := hc.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // polling a real server's startup, not a clock
+	}
+	t.Fatal("server never became ready")
+}
+
+func h2cClient() *http.Client {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: p}}
+}
+
+func leaseClient(hc *http.Client, base string, opts ...connecthttp.Option) leasev1connect.LeaseServiceClient {
+	return leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, base, opts...)))
+}
+
+func authed(token string) context.Context {
+	ctx, info := connect.NewClientContext(context.Background())
+	if token != "" {
+		info.RequestHeader().Set("Authorization", "Bearer "+token)
+	}
+	return ctx
+}
+
+func acquireReq(spender string, seq uint64, key string) *leasev1.AcquireRequest {
+	return &leasev1.AcquireRequest{
+		Caller: &leasev1.Caller{SpenderId: spender, Epoch: 1, Sequence: seq},
+		Keys: []*leasev1.KeyAcquire{{
+			Key: key, Limits: &leasev1.Limits{Rpm: 600, Tpm: 6000},
+			Want: &leasev1.Amount{Requests: 1, Tokens: 100}, Held: &leasev1.Amount{},
+		}},
+	}
+}
+
+func TestProtocolsOverH2C(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	for i, p := range []struct {
+		name string
+		opts []connecthttp.Option
+	}{{"connect", nil}, {"grpc", []connecthttp.Option{connecthttp.WithGRPC()}}, {"grpcweb", []connecthttp.Option{connecthttp.WithGRPCWeb()}}} {
+		c := leaseClient(h2cClient(), "http://"+ts.addr, p.opts...)
+		r, err := c.Acquire(authed(testToken), acquireReq("s-"+p.name, 1, "k"))
+		if err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+		g := r.GetKeys()[0]
+		if g.GetStatus() != leasev1.GrantStatus_GRANT_STATUS_OK || g.GetGranted().GetTokens() != 100 ||
+			g.GetSnapshot().GetTokens().GetRemaining() < int64(6000-100*(i+1)) || // refill on the real clock only adds
+			g.GetSnapshot().GetTokens().GetRemaining() >= 6000 || r.GetLeaseTtlUs() != 10_000_000 {
+			t.Fatalf("%s: reply %v", p.name, r)
+		}
+	}
+}
+
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	ts := startServerTLS(t, testConfig(t, "-tls-cert", certFile, "-tls-key", keyFile), pool)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	c := leaseClient(hc, "https://"+ts.addr, connecthttp.WithGRPC())
+	if _, err := c.Acquire(authed(testToken), acquireReq("s", 1, "k")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startServerTLS(t *testing.T, cfg config, pool *x509.CertPool) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ts := &testServer{addr: ln.Addr().String(), cfg: cfg, stop: cancel, done: make(chan error, 1), log: &syncBuffer{}}
+	go func() { ts.done <- serve(ctx, cfg, ln, newLogger(cfg, ts.log)) }()
+	t.Cleanup(func() { ts.shutdown(t) })
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	waitReady(t, "https://"+ts.addr, hc)
+	return ts
+}
+
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+func TestAuth(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	c := leaseClient(h2cClient(), "http://"+ts.addr, connecthttp.WithGRPC())
+	for _, tok := range []string{"", "wrong", testToken + "x", "s3cret-toke"} {
+		_, err := c.Acquire(authed(tok), acquireReq("s", 1, "k"))
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("token %q: %v, want unauthenticated", tok, err)
+		}
+	}
+	for i, tok := range []string{testToken, "other-token"} {
+		if _, err := c.Acquire(authed(tok), acquireReq("s", uint64(i+1), "k")); err != nil {
+			t.Errorf("token %q: %v", tok, err)
+		}
+	}
+	// A rejected call changed nothing: sequence 1 is the first applied.
+	r, err := c.Acquire(authed(testToken), acquireReq("s", 1, "k"))
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Fatalf("stale sequence: %v %v, want failed precondition", r, err)
+	}
+}
+
+func TestHealthReadyMetrics(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	c := leaseClient(h2cClient(), "http://"+ts.addr)
+	if _, err := c.Acquire(authed(testToken), acquireReq("s", 1, "k")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Acquire(authed(testToken), &leasev1.AcquireRequest{Caller: &leasev1.Caller{SpenderId: "s", Epoch: 1, Sequence: 2},
+		Keys: []*leasev1.KeyAcquire{{Key: "k", Limits: &leasev1.Limits{Tpm: 6000}, Need: &leasev1.Amount{Tokens: 7000}}}}); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string][]string{
+		"/healthz": {"ok"},
+		"/readyz":  {"ready"},
+		"/metrics": {
+			`ration_allocator_calls_total{code="ok",method="Acquire"} 2`,
+			`ration_allocator_granted_total{dimension="tokens"} 100`,
+			`ration_allocator_rejections_total{reason="too_large"} 1`,
+			`ration_allocator_active_keys 1`,
+			`ration_allocator_active_spenders 1`,
+			`ration_allocator_call_duration_seconds_bucket{method="Acquire"`,
+			`ration_allocator_commit_duration_seconds_count`,
+			`go_goroutines`,
+		},
+	} {
+		resp, err := http.Get("http://" + ts.addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d", path, resp.StatusCode)
+		}
+		for _, w := range want {
+			if !strings.Contains(string(body), w) {
+				t.Errorf("%s lacks %q", path, w)
+			}
+		}
+	}
+}
+
+func TestBadInputOverTheWire(t *testing.T) {
+	ts := startServer(t, testConfig(t))
+	c := leaseClient(h2cClient(), "http://"+ts.addr, connecthttp.WithGRPC())
+	ctx := authed(testToken)
+	lim := &leasev1.Limits{Tpm: 6000}
+	caller := func(seq uint64) *leasev1.Caller { return &leasev1.Caller{SpenderId: "s", Epoch: 1, Sequence: seq} }
+	many := make([]*leasev1.KeyAcquire, 1025)
+	for i := range many {
+		many[i] = &leasev1.KeyAcquire{Key: "k" + string(rune('a'+i%26)) + strings.Repeat("x", i/26), Limits: lim}
+	}
+	for _, tc := range []struct {
+		name  string
+		req   *leasev1.AcquireRequest
+		field string
+	}{
+		{"no caller", &leasev1.AcquireRequest{Keys: []*leasev1.KeyAcquire{{Key: "k", Limits: lim}}}, "caller.spender_id"},
+		{"empty key", &leasev1.AcquireRequest{Caller: caller(1), Keys: []*leasev1.KeyAcquire{{Limits: lim}}}, "keys[0].key"},
+		{"long key", &leasev1.AcquireRequest{Caller: caller(1), Keys: []*leasev1.KeyAcquire{{Key: strings.Repeat("k", 257), Limits: lim}}}, "keys[0].key"},
+		{"negative amount", &leasev1.AcquireRequest{Caller: caller(1), Keys: []*leasev1.KeyAcquire{{Key: "k", Limits: lim, Want: &leasev1.Amount{Tokens: -1}}}}, "keys[0].want.tokens"},
+		{"batch too large", &leasev1.AcquireRequest{Caller: caller(1), Keys: many}, "keys"},
+		{"limit out of range", &leasev1.AcquireRequest{Caller: caller(1), Keys: []*leasev1.KeyAcquire{{Key: "k", Limits: &leasev1.Limits{Rpm: -5}}}}, "keys[0].limits.rpm"},
+	} {
+		_, err := c.Acquire(ctx, tc.req)
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument || !strings.Contains(ce.Message(), tc.field+":") {
+			t.Errorf("%s: %v, want invalid argument naming %s", tc.name, err, tc.field)
+		}
+	}
+	_, err := c.ReserveAhead(ctx, &leasev1.ReserveAheadRequest{Caller: caller(1), Keys: []*leasev1.KeyReserve{{Key: "k", Limits: lim, MaxWaitUs: -1}}})
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "keys[0].max_wait_us") {
+		t.Errorf("negative max wait: %v", err)
+	}
+	// None of that changed anything: the first valid call sees a full bucket.
+	r, err := c.Acquire(ctx, acquireReq("s", 1, "k"))
+	if rem := r.GetKeys()[0].GetSnapshot().GetTokens().GetRemaining(); err != nil || rem < 5900 || rem > 5901 {
+		t.Fatalf("after bad input: %v %v", r, err)
+	}
+}
+
+func TestGracefulShutdownDrainsInFlightCalls(t *testing.T) {
+	// A large batch with a long delay: each call waits ~300 ms for its commit.
+	cfg := testConfig(t, "-batch-size", "1000", "-batch-delay", "300ms")
+	ts := startServer(t, cfg)
+	c := leaseClient(h2cClient(), "http://"+ts.addr)
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		go func() {
+			_, err := c.Acquire(authed(testToken), acquireReq("s"+string(rune('0'+i)), 1, "k"))
+			errs <- err
+		}()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(ts.log.String(), "ready") && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // let the calls reach the server; they now wait for the commit
+	if err := ts.shutdown(t); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	for i := 0; i < 4; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("in-flight call: %v", err)
+		}
+	}
+	if !strings.Contains(ts.log.String(), "allocator: stopped") {
+		t.Fatalf("log: %s", ts.log.String())
+	}
+	// The store was closed: it opens again at once, with the drained calls in it.
+	ts2 := startServer(t, cfg)
+	r, err := leaseClient(h2cClient(), "http://"+ts2.addr).Acquire(authed(testToken), acquireReq("s0", 1, "k"))
+	if err != nil || r.GetKeys()[0].GetGranted().GetTokens() != 100 {
+		t.Fatalf("retry after restart: %v %v", r, err)
+	}
+	_ = slog.LevelInfo
+}
+
+func TestConfigFromEnvironmentAndErrors(t *testing.T) {
+	env := map[string]string{"RATION_LEASE_TTL": "3s", "RATION_STRICT": "true", "RATION_NO_AUTH": "true", "RATION_LISTEN": "127.0.0.1:9"}
+	cfg, err := parseConfig([]string{"-listen", "127.0.0.1:0"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.leaseTTL != 3*time.Second || !cfg.strict || !cfg.noAuth || cfg.listen != "127.0.0.1:0" || cfg.sweepInterval != 3*time.Second {
+		t.Fatalf("config %+v", cfg)
+	}
+	for _, args := range [][]string{
+		{},                                 // no token file
+		{"-no-auth", "-token-file", "x"},   // both
+		{"-no-auth", "-tls-cert", "c"},     // cert without key
+		{"-no-auth", "-lease-ttl", "2h"},   // ttl range
+		{"-no-auth", "-batch-size", "0"},   // batch
+		{"-no-auth", "-log-level", "loud"}, // level
+		{"-no-auth", "extra"},              // stray argument
+	} {
+		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("args %q accepted", args)
+		}
+	}
+	if _, err := parseConfig(nil, func(k string) string { return map[string]string{"RATION_LEASE_TTL": "soon"}[k] }, io.Discard); err == nil {
+		t.Error("bad environment value accepted")
+	}
+}
