@@ -62,6 +62,7 @@ type leaseConfig struct {
 	tick         time.Duration
 	callTimeout  time.Duration
 	policy       FallbackPolicy
+	manual       bool
 	logger       *slog.Logger
 	metrics      *Metrics
 }

@@ -71,7 +71,7 @@ func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim L
 		sh.mu.Unlock()
 		return r, now, nil
 	}
-	if ahead {
+	if ahead && !lz.cfg.manual {
 		sh.mu.Unlock()
 		return l.reserveAhead(ctx, st, lim, c, maxWait)
 	}
@@ -86,79 +86,101 @@ func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim L
 		sh.mu.Unlock()
 		return r, now, err
 	}
-	// The slow path: ask the allocator for at least c, once per key however
-	// many requests wait, and wait a bounded time for the answer.
-	// The allocator is asked for the shortfall: what the lease holds counts
-	// towards c, so the wait it names is the exact global one.
-	ls.valid(inst)
-	short := limitedPart(lim, Cost{Requests: max(0, c.Requests-ls.avail.Requests), Tokens: max(0, c.Tokens-ls.avail.Tokens)})
-	ls.need = Cost{Requests: max(ls.need.Requests, short.Requests), Tokens: max(ls.need.Tokens, short.Tokens)}
-	if ls.wait == nil {
-		ls.wait = make(chan struct{})
-	}
-	wait := ls.wait
-	lz.enqueueLocked(st, true)
-	sh.mu.Unlock()
-
-	ch := lz.sf.DoChan(key, func() (any, error) {
-		t := time.NewTimer(lz.cfg.slowDeadline)
-		defer t.Stop()
-		select {
-		case <-wait:
-			return true, nil
-		case <-t.C:
-			return false, nil
-		}
-	})
-	answered := false
-	select {
-	case res := <-ch:
-		answered = res.Val.(bool)
-	case <-ctx.Done():
-		return nil, time.Time{}, ctx.Err()
-	}
-
-	now = l.clock.Now()
-	inst = bucket.InstantOf(l.epoch, now)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if r := l.admitLeaseLocked(st, c, inst, pathSlow); r != nil {
-		return r, now, nil
-	}
-	switch {
-	case ls.tooLarge:
-		rej := &RejectError{Status: ls.status(lim, inst), Dimension: Tokens, Oversize: true, Cost: c}
-		lz.cfg.metrics.reject(rej)
-		return nil, time.Time{}, rej
-	case ls.notBefore > inst:
-		rej := &RejectError{RetryAfter: ls.notBefore.Sub(inst), Status: ls.status(lim, inst), Dimension: ls.shortDim, Cost: c}
-		lz.cfg.metrics.reject(rej)
-		return nil, time.Time{}, rej
-	case !answered || lz.fallback.Load():
-		r, err := l.fallbackLocked(st, c, inst)
+	if lz.cfg.manual {
+		r, err := l.pendingLocked(st, lim, c, inst)
+		sh.mu.Unlock()
 		return r, now, err
 	}
-	// Answered and granted, but others spent it first: come back after the
-	// time the global rate needs for the shortfall.
-	rej := &RejectError{RetryAfter: shortfallWait(lim, ls.avail, c), Status: ls.status(lim, inst), Dimension: Tokens, Cost: c}
-	if lim.RPM > 0 && ls.avail.Requests < c.Requests {
-		rej.Dimension = Requests
-	}
-	lz.cfg.metrics.reject(rej)
-	return nil, time.Time{}, rej
+	sh.mu.Unlock()
+	return l.slowPath(ctx, st, lim, c)
 }
 
-// shortfallWait is how long the global rate takes to produce what the
-// lease lacks for c, at least a millisecond.
-func shortfallWait(lim Limits, avail, c Cost) time.Duration {
-	var w time.Duration
-	if lim.RPM > 0 && avail.Requests < c.Requests {
-		w = max(w, time.Duration(float64(c.Requests-avail.Requests)/float64(lim.RPM)*float64(time.Minute)))
+// pendingLocked is the slow path of manual leasing: queue the key and
+// return ErrLeasePending, until the key has waited longer than the
+// slow-path deadline, when the fallback policy decides.
+func (l *Limiter) pendingLocked(st *keyState, lim Limits, c Cost, now bucket.Instant) (Reservation, error) {
+	ls := st.ls
+	if ls.hasPending && now.Sub(ls.pending) >= l.lz.cfg.slowDeadline {
+		return l.fallbackLocked(st, c, now)
 	}
-	if lim.TPM > 0 && avail.Tokens < c.Tokens {
-		w = max(w, time.Duration(float64(c.Tokens-avail.Tokens)/float64(lim.TPM)*float64(time.Minute)))
+	if !ls.hasPending {
+		ls.pending, ls.hasPending = now, true
 	}
-	return max(w, time.Millisecond)
+	lc := limitedPart(lim, c)
+	ls.waitMax = Cost{Requests: max(ls.waitMax.Requests, lc.Requests), Tokens: max(ls.waitMax.Tokens, lc.Tokens)}
+	ls.waitSum = add(ls.waitSum, lc)
+	l.lz.enqueueLocked(st, true)
+	return nil, ErrLeasePending
+}
+
+// slowPath asks the allocator for what c lacks, once per round for all the
+// requests waiting on the key, and admits or rejects with the wait the
+// allocator named; when others spent the grant first it asks again, all
+// within the slow-path deadline, after which the fallback policy decides.
+func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost) (Reservation, time.Time, error) {
+	lz, sh, ls := l.lz, st.sh, st.ls
+	deadline := time.NewTimer(lz.cfg.slowDeadline)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-lz.done:
+			return nil, time.Time{}, ErrClosed
+		default:
+		}
+		sh.mu.Lock()
+		lc := limitedPart(lim, c)
+		ls.waitMax = Cost{Requests: max(ls.waitMax.Requests, lc.Requests), Tokens: max(ls.waitMax.Tokens, lc.Tokens)}
+		ls.waitSum = add(ls.waitSum, lc)
+		if ls.wait == nil {
+			ls.wait = make(chan struct{})
+		}
+		wait := ls.wait
+		lz.enqueueLocked(st, true)
+		sh.mu.Unlock()
+
+		// One waiter per key and round watches the channel (singleflight).
+		ch := lz.sf.DoChan(st.key, func() (any, error) {
+			select {
+			case <-wait:
+			case <-lz.done:
+			}
+			return nil, nil
+		})
+		answered := false
+		select {
+		case <-ch:
+			answered = true
+		case <-deadline.C:
+		case <-ctx.Done():
+			return nil, time.Time{}, ctx.Err()
+		}
+
+		now := l.clock.Now()
+		inst := bucket.InstantOf(l.epoch, now)
+		sh.mu.Lock()
+		if r := l.admitLeaseLocked(st, c, inst, pathSlow); r != nil {
+			sh.mu.Unlock()
+			return r, now, nil
+		}
+		var rej *RejectError
+		switch {
+		case ls.tooLarge:
+			dim, _ := oversize(lim, c)
+			rej = &RejectError{Status: ls.status(lim, inst), Dimension: dim, Oversize: true, Cost: c}
+		case ls.notBefore > inst:
+			rej = &RejectError{RetryAfter: ls.notBefore.Sub(inst), Status: ls.status(lim, inst), Dimension: ls.shortDim, Cost: c}
+		case !answered || lz.fallback.Load():
+			r, err := l.fallbackLocked(st, c, inst)
+			sh.mu.Unlock()
+			return r, now, err
+		}
+		sh.mu.Unlock()
+		if rej != nil {
+			lz.cfg.metrics.reject(rej)
+			return nil, time.Time{}, rej
+		}
+		// Granted, but other requests spent it first: ask again.
+	}
 }
 
 // admitLeaseLocked admits c from st's lease if it is valid and covers c,

@@ -94,7 +94,9 @@ func newLeaser(l *Limiter, cfg leaseConfig) *leaser {
 		lz.epoch = uint64(time.Now().UnixNano())
 	}
 	lz.rtt.Store(int64(time.Millisecond))
-	go lz.run()
+	if !cfg.manual {
+		go lz.run()
+	}
 	return lz
 }
 
@@ -120,6 +122,9 @@ func (lz *leaser) enqueueLocked(st *keyState, urgent bool) {
 }
 
 func (lz *leaser) poke() {
+	if lz.cfg.manual {
+		return
+	}
 	select {
 	case lz.wake <- struct{}{}:
 	default:
@@ -181,78 +186,103 @@ func (lz *leaser) round() {
 	}
 }
 
+// acquireCall is one Acquire being sent: its body, the keys it carries
+// and the channels of the Reserves waiting on them.
+type acquireCall struct {
+	req   *leasev1.AcquireRequest
+	keys  []*keyState
+	waits []chan struct{}
+	sent  bucket.Instant // first send: leases are counted from here
+	start time.Time      // first send, on the real clock (for the deadline)
+	fails int
+}
+
 // acquire builds one Acquire for keys, sends it until answered and applies
-// the answer. Waiters on a key are woken when it is answered, or at the
-// first failed attempt (they then follow the fallback policy).
+// the answer. Waiters on a key are woken when it is answered, or when the
+// allocator is declared unreachable (they then follow the fallback policy).
 func (lz *leaser) acquire(keys []*keyState) {
-	now := lz.l.clock.Now()
-	inst := bucket.InstantOf(lz.l.epoch, now)
-	req := &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))}
-	waits := make([]chan struct{}, len(keys))
-	sent := keys[:0:0]
-	for _, st := range keys {
+	c := lz.buildAcquire(keys)
+	var resp *leasev1.AcquireResponse
+	err := lz.call("Acquire", c.wake, func(ctx context.Context, caller *leasev1.Caller) error {
+		c.req.Caller = caller
+		var err error
+		resp, err = lz.cfg.src.Acquire(ctx, c.req)
+		return checkAnswer(len(c.req.GetKeys()), len(resp.GetKeys()), err)
+	})
+	lz.finishAcquire(c, resp, err)
+}
+
+func checkAnswer(asked, got int, err error) error {
+	if err == nil && asked != got {
+		return fmt.Errorf("spender: the allocator answered %d keys for %d", got, asked)
+	}
+	return err
+}
+
+// buildAcquire takes keys' reports and needs into one call body. What goes
+// into the body (returns, debts) leaves the keys: it is delivered exactly
+// once, with the answer.
+func (lz *leaser) buildAcquire(keys []*keyState) *acquireCall {
+	inst := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
+	c := &acquireCall{req: &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))},
+		keys: keys, waits: make([]chan struct{}, len(keys)), sent: inst, start: time.Now()}
+	for i, st := range keys {
 		sh := st.sh
 		sh.mu.Lock()
 		ls := st.ls
 		ls.valid(inst)
 		ls.updateRate(inst)
 		held := add(ls.avail, ls.outstanding)
-		req.Keys = append(req.Keys, &leasev1.KeyAcquire{
+		c.req.Keys = append(c.req.Keys, &leasev1.KeyAcquire{
 			Key:       st.key,
 			Limits:    toLimits(st.lim),
-			Want:      toAmount(ls.want(st.lim, lz.horizon(ls))),
-			Need:      toAmount(limitedPart(st.lim, ls.need)),
+			Want:      toAmount(ls.want(st.lim, lz.cfg.horizon)),
+			Need:      toAmount(ls.need(st.lim)),
 			SpendRate: &leasev1.Amount{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)},
 			Returned:  toAmount(ls.ret),
 			Held:      toAmount(Cost{Requests: max(0, held.Requests), Tokens: max(0, held.Tokens)}),
 			Debt:      toAmount(ls.debt),
 		})
-		// What is in the body is delivered exactly once, with the answer.
-		ls.ret, ls.debt, ls.need = Cost{}, Cost{}, Cost{}
+		ls.ret, ls.debt, ls.waitMax, ls.waitSum = Cost{}, Cost{}, Cost{}, Cost{}
 		ls.queued, ls.inCall = false, true
-		waits[len(sent)] = ls.wait
+		c.waits[i] = ls.wait
 		ls.wait = nil
 		sh.mu.Unlock()
-		sent = append(sent, st)
 	}
-	wake := func() {
-		for i, w := range waits {
-			if w != nil {
-				close(w)
-				waits[i] = nil
-			}
+	return c
+}
+
+// wake releases the Reserves waiting on the call's keys, once.
+func (c *acquireCall) wake() {
+	for i, w := range c.waits {
+		if w != nil {
+			close(w)
+			c.waits[i] = nil
 		}
 	}
-	var resp *leasev1.AcquireResponse
-	err := lz.call("Acquire", wake, func(ctx context.Context, c *leasev1.Caller) error {
-		req.Caller = c
-		var err error
-		resp, err = lz.cfg.src.Acquire(ctx, req)
-		if err == nil && len(resp.GetKeys()) != len(req.GetKeys()) {
-			return fmt.Errorf("spender: Acquire answered %d keys for %d", len(resp.GetKeys()), len(req.GetKeys()))
-		}
-		return err
-	})
+}
+
+// finishAcquire applies the answer to c (or, with err, only ends the call)
+// and wakes its waiters.
+func (lz *leaser) finishAcquire(c *acquireCall, resp *leasev1.AcquireResponse, err error) {
 	recv := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
-	expiry := inst.Add(time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond)
-	for i, st := range sent {
+	expiry := c.sent.Add(time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond)
+	for i, st := range c.keys {
 		sh := st.sh
 		sh.mu.Lock()
 		st.ls.inCall = false
 		if err == nil {
-			lz.applyGrant(st, resp.GetKeys()[i], expiry, recv)
+			lz.applyGrant(st, fromAmount(c.req.GetKeys()[i].GetNeed()), resp.GetKeys()[i], expiry, recv)
 		}
 		sh.mu.Unlock()
 	}
-	wake()
+	c.wake()
 }
 
-// horizon is how long a lease should last at the key's spend rate.
-func (lz *leaser) horizon(ls *leaseState) time.Duration { return lz.cfg.horizon }
-
 // applyGrant applies one key's answer (the caller holds the shard lock).
-func (lz *leaser) applyGrant(st *keyState, g *leasev1.KeyGrant, expiry, recv bucket.Instant) {
+func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expiry, recv bucket.Instant) {
 	ls := st.ls
+	ls.hasPending = false
 	ls.expiry = expiry
 	if recv >= expiry {
 		ls.avail = Cost{} // the answer came too late to spend anything
@@ -266,10 +296,7 @@ func (lz *leaser) applyGrant(st *keyState, g *leasev1.KeyGrant, expiry, recv buc
 		ls.notBefore = 0
 	case leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED:
 		ls.notBefore = recv.Add(time.Duration(g.GetRetryAfterUs()) * time.Microsecond)
-		ls.shortDim = Tokens
-		if sn := g.GetSnapshot(); sn.GetRequests().GetLimit() > 0 && sn.GetRequests().GetRemaining() < ls.lastCost.Requests {
-			ls.shortDim = Requests
-		}
+		ls.shortDim = shortDim(st.lim, need, g.GetSnapshot())
 	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
 		ls.tooLarge = true
 	}
@@ -288,6 +315,16 @@ func (lz *leaser) applyGrant(st *keyState, g *leasev1.KeyGrant, expiry, recv buc
 		m.returnedTokens.Add(float64(r.Tokens))
 	}
 	ls.fallbackSinceCalls = false
+}
+
+// shortDim is the dimension whose global bucket falls short of need,
+// tokens when both or neither do.
+func shortDim(lim Limits, need Cost, sn *leasev1.Snapshot) Dimension {
+	if lim.RPM > 0 && need.Requests > sn.GetRequests().GetRemaining() &&
+		(lim.TPM == 0 || need.Tokens <= sn.GetTokens().GetRemaining()) {
+		return Requests
+	}
+	return Tokens
 }
 
 // reserveAhead sends one ReserveAhead for jobs and hands each its answer.
@@ -312,10 +349,7 @@ func (lz *leaser) reserveAhead(jobs []*aheadJob) {
 		req.Caller = c
 		var err error
 		resp, err = lz.cfg.src.ReserveAhead(ctx, req)
-		if err == nil && len(resp.GetKeys()) != len(req.GetKeys()) {
-			return fmt.Errorf("spender: ReserveAhead answered %d keys for %d", len(resp.GetKeys()), len(req.GetKeys()))
-		}
-		return err
+		return checkAnswer(len(req.GetKeys()), len(resp.GetKeys()), err)
 	})
 	recv := lz.l.clock.Now()
 	if failed {
@@ -416,7 +450,7 @@ func (lz *leaser) call(method string, onFail func(), do func(context.Context, *l
 			return err
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
@@ -454,7 +488,7 @@ func (lz *leaser) maintain(force bool) {
 		for _, head := range sh.keys {
 			for st := head; st != nil; st = st.next {
 				ls := st.ls
-				if ls == nil || ls.queued || ls.inCall {
+				if ls == nil || ls.queued {
 					continue
 				}
 				ls.valid(now)
@@ -513,6 +547,9 @@ func (lz *leaser) close(ctx context.Context) error {
 		lz.closing = true
 		lz.mu.Unlock()
 		close(lz.stop)
+		if lz.cfg.manual {
+			close(lz.done)
+		}
 	})
 	select {
 	case <-lz.done:
@@ -565,10 +602,12 @@ func (lz *leaser) release(ctx context.Context) error {
 			}
 			m.calls.WithLabelValues("Release", result).Inc()
 		}
-		if err == nil || connect.CodeOf(err) == connect.CodeInvalidArgument || connect.CodeOf(err) == connect.CodeFailedPrecondition {
-			if err != nil {
-				return fmt.Errorf("spender: releasing leases: %w", err)
-			}
+		switch connect.CodeOf(err) {
+		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeUnauthenticated, connect.CodePermissionDenied:
+			// Retrying cannot help: the holdings expire on their own.
+			return fmt.Errorf("spender: releasing leases: %w", err)
+		}
+		if err == nil {
 			return nil
 		}
 		t := time.NewTimer(backoff)

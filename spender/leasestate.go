@@ -21,10 +21,13 @@ type leaseState struct {
 	shortDim  Dimension      // the dimension that was short then
 	tooLarge  bool           // the allocator said the last need can never fit
 
-	queued bool          // waiting for the next Acquire
-	inCall bool          // in the Acquire being sent
-	need   Cost          // the largest cost a blocked Reserve waits for
-	wait   chan struct{} // closed when the next Acquire carrying this key ends
+	queued     bool           // waiting for the next Acquire
+	inCall     bool           // in the Acquire being sent
+	waitMax    Cost           // the largest cost a blocked Reserve waits for
+	waitSum    Cost           // the sum of the costs blocked Reserves wait for
+	wait       chan struct{}  // closed when the next Acquire carrying this key ends
+	pending    bucket.Instant // manual leasing: when a Reserve first waited
+	hasPending bool           // manual leasing: a Reserve is waiting
 
 	// The key's global state as of the last answer, for headers.
 	snap       *leasev1.Snapshot
@@ -124,18 +127,26 @@ func (ls *leaseState) updateRate(now bucket.Instant) {
 	ls.rateAt, ls.rateBase = now, ls.spentTotal
 }
 
-// want is what to ask for on top of the lease: spend rate × horizon, at
-// least the waiting need, and a few requests' worth while the rate is
-// still unknown.
+// need is the least grant worth having for the blocked Reserves: the
+// largest one's shortfall against the lease as it is now (so the wait the
+// allocator names is the exact global one).
+func (ls *leaseState) need(lim Limits) Cost {
+	return limitedPart(lim, Cost{Requests: max(0, ls.waitMax.Requests-ls.avail.Requests), Tokens: max(0, ls.waitMax.Tokens-ls.avail.Tokens)})
+}
+
+// want is what to ask for on top of the lease: spend rate × horizon plus
+// what the blocked Reserves wait for (a few requests' worth while the rate
+// is unknown), at least the need.
 func (ls *leaseState) want(lim Limits, horizon time.Duration) Cost {
 	h := horizon.Seconds()
 	target := Cost{Requests: int64(ls.rateReq * h), Tokens: int64(ls.rateTok * h)}
 	if ls.rateReq == 0 && ls.rateTok == 0 {
 		target = Cost{Requests: 4 * max(1, ls.lastCost.Requests), Tokens: 4 * ls.lastCost.Tokens}
 	}
-	target = add(target, ls.need)
+	target = add(target, ls.waitSum)
+	need := ls.need(lim)
 	w := Cost{Requests: max(0, target.Requests-ls.avail.Requests), Tokens: max(0, target.Tokens-ls.avail.Tokens)}
-	w = Cost{Requests: max(w.Requests, ls.need.Requests), Tokens: max(w.Tokens, ls.need.Tokens)}
+	w = Cost{Requests: max(w.Requests, need.Requests), Tokens: max(w.Tokens, need.Tokens)}
 	return limitedPart(lim, w)
 }
 
