@@ -7,21 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rationhq/ration/gateway"
 	"github.com/rationhq/ration/spender"
 )
-
-// offsetClock is the real clock shifted by an offset the test moves
-// forward: time flows (so waits an SDK makes really refill), and a test
-// can skip most of a minute at once.
-type offsetClock struct{ off atomic.Int64 }
-
-func (c *offsetClock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
-func (c *offsetClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // syncBuffer collects logs from many goroutines.
 type syncBuffer struct {

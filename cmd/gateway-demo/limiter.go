@@ -5,17 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
-	"connectrpc.com/connect/v2"
-	"connectrpc.com/connect/v2/connecthttp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rationhq/ration/allocator"
-	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 	"github.com/rationhq/ration/spender"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
@@ -91,46 +86,13 @@ func openLeaseSource(ctx context.Context, cfg config, clock spender.Clock, log *
 	}, nil
 }
 
-// remoteSource is a Connect client of cmd/allocator: h2c for http://,
-// HTTP/2 over TLS for https://, with the token file's first token as
-// bearer.
+// remoteSource is a client of cmd/allocator at cfg.allocatorURL (h2c for
+// http://, HTTP/2 over TLS for https://), authenticated with the first
+// token of cfg.tokenFile.
 func remoteSource(cfg config) (*leaseSource, error) {
-	tokens, err := allocator.ReadTokenFile(cfg.tokenFile)
+	src, err := spender.DialAllocator(cfg.allocatorURL, spender.WithTokenFile(cfg.tokenFile))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("-allocator: %w", err)
 	}
-	base, err := parseAllocatorURL(cfg.allocatorURL)
-	if err != nil {
-		return nil, err
-	}
-	tr := &http.Transport{ForceAttemptHTTP2: true}
-	if base.Scheme == "http" {
-		p := new(http.Protocols)
-		p.SetUnencryptedHTTP2(true) // h2c only: with HTTP/1 also set the client silently uses HTTP/1.1
-		tr = &http.Transport{Protocols: p}
-	}
-	hc := &http.Client{Transport: bearerTransport{base: tr, token: tokens[0]}}
-	client := leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, base.String())))
-	return &leaseSource{src: client, desc: "remote, " + base.String()}, nil
-}
-
-// bearerTransport adds the allocator's bearer token to every call.
-type bearerTransport struct {
-	base  http.RoundTripper
-	token string
-}
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.base.RoundTrip(r)
-}
-
-// parseAllocatorURL checks -allocator: an absolute http or https URL.
-func parseAllocatorURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("-allocator %q: want http://host:port or https://host:port", raw)
-	}
-	return u, nil
+	return &leaseSource{src: src, desc: "remote, " + cfg.allocatorURL}, nil
 }
