@@ -170,26 +170,12 @@ func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, counter spend
 	return inst, nil
 }
 
-// stop drains every instance (up to cfg.drain), returns its leases, then
-// closes the allocator and the engine. It reports the first failure but
-// always does every step.
+// stop stops the instances (stopInstances), then closes the allocator
+// and the engine. It reports the failures but always does every step.
 func (f *fleet) stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.drain+5*time.Second)
 	defer cancel()
-	var errs []error
-	drainCtx, cancelDrain := context.WithTimeout(ctx, f.cfg.drain)
-	defer cancelDrain()
-	for _, inst := range f.instances {
-		if err := inst.srv.Shutdown(drainCtx); err != nil {
-			errs = append(errs, fmt.Errorf("draining %s: %w", inst.url, err))
-			inst.srv.Close()
-		}
-	}
-	for i, inst := range f.instances {
-		if err := inst.limiter.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("returning the leases of instance %d: %w", i+1, err))
-		}
-	}
+	errs := []error{f.stopInstances(ctx)}
 	if f.source != nil && f.source.close != nil {
 		if err := f.source.close(); err != nil {
 			errs = append(errs, fmt.Errorf("closing the allocator: %w", err))
@@ -205,6 +191,27 @@ func (f *fleet) stop() error {
 	}
 	f.log.Info("gateway-demo: stopped; every lease returned", "instances", len(f.instances))
 	return nil
+}
+
+// stopInstances drains every instance (in-flight requests get up to
+// cfg.drain), then closes its Limiter, which returns its unspent leases to
+// the allocator. Calling it again does nothing more.
+func (f *fleet) stopInstances(ctx context.Context) error {
+	var errs []error
+	drainCtx, cancelDrain := context.WithTimeout(ctx, f.cfg.drain)
+	defer cancelDrain()
+	for _, inst := range f.instances {
+		if err := inst.srv.Shutdown(drainCtx); err != nil {
+			errs = append(errs, fmt.Errorf("draining %s: %w", inst.url, err))
+			inst.srv.Close()
+		}
+	}
+	for i, inst := range f.instances {
+		if err := inst.limiter.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("returning the leases of instance %d: %w", i+1, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // newServer serves h over HTTP/1.1 and h2c.

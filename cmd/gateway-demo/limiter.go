@@ -34,9 +34,10 @@ func newLimiter(i int, src spender.LeaseSource, clock spender.Clock, reg prometh
 
 // leaseSource is where the instances get leases, and how to let go of it.
 type leaseSource struct {
-	src   spender.LeaseSource
-	desc  string       // for the banner
-	close func() error // closes the embedded ledger; nil for a remote one
+	src    spender.LeaseSource
+	ledger *allocator.Ledger // the embedded allocator's; nil for a remote one
+	desc   string            // for the banner
+	close  func() error      // closes the embedded ledger; nil for a remote one
 }
 
 // openLeaseSource opens the embedded allocator (a bbolt ledger in
@@ -76,8 +77,9 @@ func openLeaseSource(ctx context.Context, cfg config, clock spender.Clock, log *
 		}
 	}()
 	return &leaseSource{
-		src:  allocator.NewService(led, allocator.WithServiceLogger(log.With("component", "allocator"))),
-		desc: "embedded, ledger in " + path,
+		src:    allocator.NewService(led, allocator.WithServiceLogger(log.With("component", "allocator"))),
+		ledger: led,
+		desc:   "embedded, ledger in " + path,
 		close: func() error {
 			stopSweep()
 			<-swept
