@@ -23,7 +23,13 @@ func (sh *shard) lookupLeasedLocked(h uint64, key string, lim Limits) (*keyState
 		return nil, err
 	}
 	if st == nil {
-		st = &keyState{sh: sh, key: key, hash: h, lim: lim, ls: &leaseState{}}
+		// One allocation for both, so the hot path touches adjacent memory.
+		lk := &struct {
+			keyState
+			leaseState
+		}{}
+		st = &lk.keyState
+		*st = keyState{sh: sh, key: key, hash: h, lim: lim, ls: &lk.leaseState}
 		st.next = sh.keys[h]
 		sh.keys[h] = st
 		sh.n++
@@ -192,11 +198,11 @@ func (l *Limiter) admitLeaseLocked(st *keyState, c Cost, now bucket.Instant, pat
 		return nil
 	}
 	ls.spend(st.lim, c, now)
-	if !ls.queued && !ls.inCall && ls.low(st.lim, l.lz.lead()) {
+	if !ls.queued && !ls.inCall && ls.low(st.lim, c) {
 		l.lz.enqueueLocked(st, false)
 	}
 	l.lz.cfg.metrics.admit(path)
-	return &leasedReservation{st: st, cost: c, status: ls.status(st.lim, now), path: path}
+	return &leasedReservation{st: st, cost: c, status: ls.status(st.lim, now), path: path, gen: ls.gen}
 }
 
 // fallbackLocked decides c for a key without a usable lease while the
@@ -240,7 +246,6 @@ func (l *Limiter) fallbackLocked(st *keyState, c Cost, now bucket.Instant) (Rese
 	lc := limitedPart(st.lim, c)
 	ls.debt = add(ls.debt, lc)
 	ls.record(lc, now)
-	ls.fallbackSinceCalls = true
 	m.admit(pathFallback)
 	return &leasedReservation{st: st, cost: c, status: ls.status(st.lim, now), path: pathFallback}, nil
 }
@@ -294,7 +299,7 @@ func (l *Limiter) reserveAhead(ctx context.Context, st *keyState, lim Limits, c 
 	}
 	kr := res.r
 	if kr.GetSnapshot() != nil {
-		ls.snap, ls.snapAt, ls.spentSince = kr.GetSnapshot(), inst, Cost{}
+		ls.snap, ls.snapAt = kr.GetSnapshot(), inst
 	}
 	wait := time.Duration(kr.GetWaitUs()) * time.Microsecond
 	switch kr.GetStatus() {
@@ -324,7 +329,8 @@ type leasedReservation struct {
 	cost   Cost
 	status Status
 	path   admitPath
-	done   bool // guarded by st.sh.mu
+	gen    uint32 // the lease generation it was admitted from
+	done   bool   // guarded by st.sh.mu
 }
 
 func (r *leasedReservation) Status() Status { return r.status }
@@ -338,7 +344,6 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 	st := r.st
 	sh := st.sh
 	l := sh.l
-	now := bucket.InstantOf(l.epoch, l.clock.Now())
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if r.done {
@@ -355,8 +360,8 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 		delta := sub(limitedPart(lim, actual), limitedPart(lim, r.cost))
 		ls.debt = add(ls.debt, delta)
 		ls.debt = Cost{Requests: max(0, ls.debt.Requests), Tokens: max(0, ls.debt.Tokens)}
-		ls.spentSince = add(ls.spentSince, delta)
 		if ls.fallback {
+			now := bucket.InstantOf(l.epoch, l.clock.Now()) // an overrun is charged after the refill
 			fb := keyState{lim: ls.fbLim, req: st.req, tok: st.tok}
 			refund := sub(r.cost, actual)
 			fb.give(Cost{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
@@ -374,8 +379,7 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 		d := sub(rc, ac)
 		ls.ret = add(ls.ret, Cost{Requests: max(0, d.Requests), Tokens: max(0, d.Tokens)})
 		ls.debt = add(ls.debt, Cost{Requests: max(0, -d.Requests), Tokens: max(0, -d.Tokens)})
-		ls.spentSince = add(ls.spentSince, sub(ac, rc))
 	default:
-		ls.settle(lim, r.cost, actual, now)
+		ls.settle(lim, r.cost, actual, r.gen)
 	}
 }
