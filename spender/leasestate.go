@@ -158,13 +158,19 @@ func (ls *leaseState) need(lim Limits) Cost {
 }
 
 // want is what to ask for on top of the lease: spend rate × horizon plus
-// what the blocked Reserves wait for (a few requests' worth while the rate
-// is unknown), at least the need.
+// what the blocked Reserves wait for (a few requests' worth, at most an
+// eighth of the capacity, while the rate is unknown), at least the need.
 func (ls *leaseState) want(lim Limits, horizon time.Duration) Cost {
 	h := horizon.Seconds()
 	target := Cost{Requests: int64(ls.rateReq * h), Tokens: int64(ls.rateTok * h)}
 	if ls.rateReq == 0 && ls.rateTok == 0 {
-		target = Cost{Requests: 4 * max(1, ls.lastCost.Requests), Tokens: 4 * ls.lastCost.Tokens}
+		// No history yet: a few requests' worth, but never more than an
+		// eighth of the key's capacity, so that the first gateway to see a
+		// small key does not lease all of it while others see it empty.
+		target = Cost{
+			Requests: min(4*max(1, ls.lastCost.Requests), capacityOf(lim.RPM, lim.BurstRequests)/8),
+			Tokens:   min(4*ls.lastCost.Tokens, capacityOf(lim.TPM, lim.BurstTokens)/8),
+		}
 	}
 	target = add(target, ls.waitSum)
 	need := ls.need(lim)
