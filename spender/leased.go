@@ -133,6 +133,10 @@ func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost
 		now := l.clock.Now()
 		inst := bucket.InstantOf(l.epoch, now)
 		sh.mu.Lock()
+		if st.dead { // swept while we waited: start again on the key's live state
+			sh.mu.Unlock()
+			return l.reserveLeased(ctx, st.hash, st.key, lim, c, 0, false)
+		}
 		if r := l.admitLeaseLocked(st, c, inst, pathSlow); r != nil {
 			sh.mu.Unlock()
 			return r, now, nil

@@ -186,6 +186,7 @@ func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Insta
 			leaseState
 		}{}
 		lk.keyState = keyState{sh: sh, key: key, hash: h, lim: lim, ls: &lk.leaseState}
+		lk.leaseState.lastUse = now // not idle before it had a chance to be used
 		st = &lk.keyState
 		sh.linkLocked(st)
 	case st == nil:
