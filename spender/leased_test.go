@@ -3,6 +3,7 @@ package spender_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -378,5 +379,25 @@ func TestLeasedCloseReturnsLeases(t *testing.T) {
 	}
 	if _, err := b.Reserve(ctx, "k", lim, spender.Cost{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
 		t.Fatalf("101st request: %v, want rate limited", err)
+	}
+}
+
+// TestLeasedIdleKeysAreDropped: a leased Limiter forgets keys that hold
+// nothing (their leases expired or were returned and nothing is owed).
+func TestLeasedIdleKeysAreDropped(t *testing.T) {
+	clk := fakeclock.New()
+	l := newLeased(t, clk, newAllocator(t, clk, allocator.WithTTL(time.Second)), spender.WithSweepInterval(10*time.Second), spender.WithShards(1))
+	lim := spender.Limits{RPM: 600}
+	for i := range 2000 {
+		r := mustReserve(t, l, "key-"+strconv.Itoa(i), lim, spender.Cost{Requests: 1})
+		r.Settle(spender.Cost{Requests: 1})
+	}
+	if l.Keys() != 2000 {
+		t.Fatalf("holding %d keys, want 2000", l.Keys())
+	}
+	clk.Advance(2 * time.Minute)
+	l.Reserve(ctx, "another", lim, spender.Cost{}) // the one shard sweeps
+	if k := l.Keys(); k != 1 {
+		t.Fatalf("holding %d keys two minutes after 2000 went idle", k)
 	}
 }
