@@ -198,7 +198,11 @@ func (l *Limiter) fallbackLocked(st *keyState, c Cost, now bucket.Instant) (Rese
 		}
 		share := shareOf(st.lim, int64(n))
 		if !ls.fallback || ls.fbLim != share {
-			fresh := newKeyState(st.sh, st.key, st.hash, share, now) // full buckets at the share
+			// Buckets at the share that start empty: the global bucket was
+			// probably spent when the allocator went away, and a full start
+			// would add a burst of the whole capacity across the fleet.
+			fresh := newKeyState(st.sh, st.key, st.hash, share, now)
+			fresh.take(Cost{Requests: capacityOf(share.RPM, share.BurstRequests), Tokens: capacityOf(share.TPM, share.BurstTokens)})
 			st.req, st.tok = fresh.req, fresh.tok
 			ls.fallback, ls.fbLim = true, share
 		}
