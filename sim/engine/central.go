@@ -11,9 +11,11 @@ import (
 // want = need = the request's cost through the simulated network, from a
 // pool of connection slots per instance (each slot is a caller with its
 // own exactly-once session, since a caller may have only one call in
-// flight). At settlement the slot makes a second call returning the
-// unused part and its holding. The allocator runs strict, so this is the
-// exact global bucket, one round trip away.
+// flight). While the request runs, the slot renews its holding every half
+// TTL (a holding the allocator saw expire could not take the refund); at
+// settlement it makes one more call returning the unused part and the
+// holding. The allocator runs strict, so this is the exact global bucket,
+// one round trip away.
 //
 // A request not decided within the slow-path deadline (a lost message, an
 // outage) is rejected: central fails closed. Its slot keeps resending the
@@ -34,6 +36,12 @@ func (*central) tick(*sim)           {}
 func (*central) finish(*sim)         {}
 func (*central) failed(*sim, int32)  {}
 
+// refused cannot happen for the bodies central builds; it ends the call
+// as if nothing was granted.
+func (c *central) refused(s *sim, ep int32) {
+	c.answered(s, ep, reply{resp: &leasev1.AcquireResponse{Keys: []*leasev1.KeyGrant{{}}}})
+}
+
 func (c *central) slot(s *sim, i int32) int32 {
 	if n := len(c.free[i]); n > 0 {
 		ep := c.free[i][n-1]
@@ -43,8 +51,9 @@ func (c *central) slot(s *sim, i int32) int32 {
 	return s.newEndpoint(i)
 }
 
-// call starts ep's next call for key with the given amounts.
-func (c *central) call(s *sim, ep int32, want, returned, debt spender.Cost) {
+// call starts ep's next call: want (and need) on top of held, after
+// giving back returned and reporting debt.
+func (c *central) call(s *sim, ep int32, want, returned, debt, held spender.Cost) {
 	e := s.eps[ep]
 	e.seq++
 	amt := func(x spender.Cost) *leasev1.Amount {
@@ -56,8 +65,7 @@ func (c *central) call(s *sim, ep int32, want, returned, debt spender.Cost) {
 		Keys: []*leasev1.KeyAcquire{{
 			Key:    key,
 			Limits: &leasev1.Limits{Rpm: lim.RPM, Tpm: lim.TPM, BurstRequests: lim.BurstRequests, BurstTokens: lim.BurstTokens},
-			Want:   amt(want), Need: amt(want), Returned: amt(returned), Debt: amt(debt),
-			Held: amt(spender.Cost{}),
+			Want:   amt(want), Need: amt(want), Returned: amt(returned), Debt: amt(debt), Held: amt(held),
 		}},
 	})
 }
@@ -66,10 +74,10 @@ func (c *central) arrive(s *sim, id int32) {
 	r := &s.reqs[id]
 	ep := c.slot(s, r.inst)
 	e := s.eps[ep]
-	e.req, e.phase = id, deciding
+	e.req, e.phase, e.settle = id, deciding, nil
 	r.ep, r.parked = ep, true
 	s.q.push(event{at: s.at(s.cfg.SlowDeadline), kind: evParkDeadline, b: id})
-	c.call(s, ep, limited(s.cfg.Limits, r.cost), spender.Cost{}, spender.Cost{})
+	c.call(s, ep, limited(s.cfg.Limits, r.cost), spender.Cost{}, spender.Cost{}, spender.Cost{})
 }
 
 // parkDeadline rejects a request still undecided (fail closed).
@@ -85,48 +93,79 @@ func (c *central) answered(s *sim, ep int32, g reply) {
 	case deciding:
 		kg := g.resp.GetKeys()[0]
 		ok := kg.GetStatus() == leasev1.GrantStatus_GRANT_STATUS_OK
+		gr := spender.Cost{Requests: kg.GetGranted().GetRequests(), Tokens: kg.GetGranted().GetTokens()}
 		if e.req >= 0 {
 			id := e.req
 			if ok {
-				e.phase = holding
-				s.admit(id, &centralRes{c: c, s: s, ep: ep, cost: limited(s.cfg.Limits, s.reqs[id].cost)})
+				e.phase, e.hold = holding, limited(s.cfg.Limits, s.reqs[id].cost)
+				e.holdGen++
+				s.admit(id, &centralRes{c: c, s: s, ep: ep, gen: e.holdGen})
+				c.scheduleRenew(s, ep)
 				return
 			}
 			e.req = -1
 			s.reject(id)
 		} else if ok { // granted after its request gave up: give it back
-			gr := kg.GetGranted()
 			e.phase = settling
-			c.call(s, ep, spender.Cost{}, spender.Cost{Requests: gr.GetRequests(), Tokens: gr.GetTokens()}, spender.Cost{})
+			c.call(s, ep, spender.Cost{}, gr, spender.Cost{}, spender.Cost{})
 			return
 		}
-	case settling:
+	case holding: // a renewal came back
+		if e.settle != nil {
+			c.sendSettle(s, ep)
+			return
+		}
+		c.scheduleRenew(s, ep)
+		return
 	}
-	e.phase, e.req = idle, -1
+	e.phase, e.req, e.hold = idle, -1, spender.Cost{}
 	c.free[e.inst] = append(c.free[e.inst], ep)
 }
 
-// centralRes is a central admission: settling it starts the slot's
-// second call.
+func (c *central) scheduleRenew(s *sim, ep int32) {
+	s.q.push(event{at: s.at(s.cfg.TTL / 2), kind: evRenew, a: ep, g: s.eps[ep].holdGen})
+}
+
+// renew keeps slot ep's holding alive while its request runs.
+func (c *central) renew(s *sim, ep int32, gen uint32) {
+	e := s.eps[ep]
+	if e.phase != holding || e.holdGen != gen || e.body != nil || e.settle != nil {
+		return
+	}
+	c.call(s, ep, spender.Cost{}, spender.Cost{}, spender.Cost{}, e.hold)
+}
+
+// sendSettle returns the unused part of the slot's holding (or reports the
+// overrun) and lets the holding go.
+func (c *central) sendSettle(s *sim, ep int32) {
+	e := s.eps[ep]
+	a := limited(s.cfg.Limits, *e.settle)
+	ret := spender.Cost{Requests: max(0, e.hold.Requests-a.Requests), Tokens: max(0, e.hold.Tokens-a.Tokens)}
+	debt := spender.Cost{Requests: max(0, a.Requests-e.hold.Requests), Tokens: max(0, a.Tokens-e.hold.Tokens)}
+	e.phase, e.req, e.settle = settling, -1, nil
+	c.call(s, ep, spender.Cost{}, ret, debt, spender.Cost{})
+}
+
+// centralRes is a central admission: settling it starts the slot's last
+// call (after a renewal in flight, if any).
 type centralRes struct {
 	c    *central
 	s    *sim
 	ep   int32
-	cost spender.Cost
+	gen  uint32
 	done bool
 }
 
 func (r *centralRes) Settle(actual spender.Cost) {
-	if r.done {
+	e := r.s.eps[r.ep]
+	if r.done || e.holdGen != r.gen || e.phase != holding {
 		return
 	}
 	r.done = true
-	a := limited(r.s.cfg.Limits, actual)
-	ret := spender.Cost{Requests: max(0, r.cost.Requests-a.Requests), Tokens: max(0, r.cost.Tokens-a.Tokens)}
-	debt := spender.Cost{Requests: max(0, a.Requests-r.cost.Requests), Tokens: max(0, a.Tokens-r.cost.Tokens)}
-	e := r.s.eps[r.ep]
-	e.phase, e.req = settling, -1
-	r.c.call(r.s, r.ep, spender.Cost{}, ret, debt)
+	e.settle = &actual
+	if e.body == nil {
+		r.c.sendSettle(r.s, r.ep)
+	}
 }
 
 func (r *centralRes) Cancel()                { r.Settle(spender.Cost{}) }

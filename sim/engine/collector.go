@@ -11,27 +11,29 @@ import (
 type collector struct {
 	tokens bool // the binding dimension is tokens
 
-	offered, admitted  int64
-	admittedUnits      int64 // binding dimension, actual usage
-	idealUnits         int64
-	secondHalf         int64 // admitted units arriving in the second half of the run
-	half               int64 // virtual µs where the second half starts
-	reservedTok        int64
-	usedTok            int64
-	instOffered        []int64
-	instAdmitted       []int64
-	outageAdmitted     []int64
-	outFrom, outTo     int64 // window for outageAdmitted
-	req, tok           window
-	reqOn, tokOn       bool
-	calls              int64
-	allocErrors        int64
-	granted, returned  int64 // binding dimension, as applied by the allocator
-	debt               int64
-	waits              []int64
-	series             []Point
-	cur                Point
-	fallback           int64
+	offered, admitted int64
+	admittedUnits     int64 // binding dimension, actual usage
+	idealUnits        int64
+	secondHalf        int64 // admitted units arriving in the second half of the run
+	half              int64 // virtual µs where the second half starts
+	reservedTok       int64
+	usedTok           int64
+	instOffered       []int64
+	instAdmitted      []int64
+	outageAdmitted    []int64
+	outFrom, outTo    int64  // window for outageAdmitted
+	req, tok          window // every admission
+	reqG, tokG        window // admissions from grants only (fallback left out)
+	reqOn, tokOn      bool
+	fbUnits           int64 // binding-dimension units admitted under fallback
+	calls             int64
+	allocErrors       int64
+	granted, returned int64 // binding dimension, as applied by the allocator
+	debt              int64
+	waits             []int64
+	series            []Point
+	cur               Point
+	fallback          int64
 }
 
 func (c *collector) init(s *sim) {
@@ -40,8 +42,8 @@ func (c *collector) init(s *sim) {
 	c.instOffered, c.instAdmitted, c.outageAdmitted = make([]int64, n), make([]int64, n), make([]int64, n)
 	c.half = s.end / 2
 	lim := s.cfg.Limits
-	c.req, c.reqOn = window{rate: lim.RPM}, lim.RPM > 0
-	c.tok, c.tokOn = window{rate: lim.TPM}, lim.TPM > 0
+	c.req, c.reqG, c.reqOn = window{rate: lim.RPM}, window{rate: lim.RPM}, lim.RPM > 0
+	c.tok, c.tokG, c.tokOn = window{rate: lim.TPM}, window{rate: lim.TPM}, lim.TPM > 0
 	if s.outTo > s.outFrom {
 		c.outFrom = s.outFrom + int64((s.cfg.TTL+s.cfg.SlowDeadline)/time.Microsecond)
 		c.outTo = s.outTo
@@ -83,12 +85,11 @@ func (c *collector) onAdmit(s *sim, r *request) {
 	}
 	c.reservedTok += r.cost.Tokens
 	c.usedTok += r.actual.Tokens
-	if c.reqOn {
-		c.req.add(s.now, r.cost.Requests)
+	r.fallback = isFallback(r.res)
+	if r.fallback {
+		c.fbUnits += u
 	}
-	if c.tokOn {
-		c.tok.add(s.now, r.cost.Tokens)
-	}
+	c.charge(s.now, r, r.cost.Requests, r.cost.Tokens)
 	if w := s.now - r.at; w > 0 {
 		c.waits = append(c.waits, w)
 	}
@@ -102,11 +103,22 @@ func (c *collector) onReject(s *sim, r *request) {
 
 // settled applies the settlement's adjustment (refund or overrun).
 func (c *collector) onSettle(s *sim, r *request) {
+	c.charge(s.now, r, r.actual.Requests-r.cost.Requests, r.actual.Tokens-r.cost.Tokens)
+}
+
+// charge adds a net charge of r's to the windows.
+func (c *collector) charge(t int64, r *request, req, tok int64) {
 	if c.reqOn {
-		c.req.add(s.now, r.actual.Requests-r.cost.Requests)
+		c.req.add(t, req)
+		if !r.fallback {
+			c.reqG.add(t, req)
+		}
 	}
 	if c.tokOn {
-		c.tok.add(s.now, r.actual.Tokens-r.cost.Tokens)
+		c.tok.add(t, tok)
+		if !r.fallback {
+			c.tokG.add(t, tok)
+		}
 	}
 }
 
@@ -173,14 +185,19 @@ func (s *sim) result() *Result {
 		ex := w.maxExcess()
 		return (ex - C) / C, (ex - C - float64(rate)*cfg.TTL.Minutes()) / C
 	}
-	r.OverLimit, r.OverLease = -1, -1
+	r.OverLimit, r.OverLease, r.OverLimitGranted, r.OverLeaseGranted = -1, -1, -1, -1
 	if c.reqOn {
 		r.OverLimit, r.OverLease = over(&c.req, lim.RPM, lim.BurstRequests)
+		r.OverLimitGranted, r.OverLeaseGranted = over(&c.reqG, lim.RPM, lim.BurstRequests)
 	}
 	if c.tokOn {
 		a, b := over(&c.tok, lim.TPM, lim.BurstTokens)
 		r.OverLimit, r.OverLease = max(r.OverLimit, a), max(r.OverLease, b)
+		a, b = over(&c.tokG, lim.TPM, lim.BurstTokens)
+		r.OverLimitGranted, r.OverLeaseGranted = max(r.OverLimitGranted, a), max(r.OverLeaseGranted, b)
 	}
+	r.FallbackUnits = float64(c.fbUnits)
+	r.AllocErrors = c.allocErrors
 	if c.admitted > 0 {
 		r.CallsPerAdmit = float64(c.calls) / float64(c.admitted)
 	}

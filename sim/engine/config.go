@@ -73,13 +73,13 @@ type Config struct {
 	Overload float64
 
 	Net          Net
-	TTL          time.Duration           // allocator lease TTL; default 10s (the allocator's)
-	Policy       allocator.Policy        // lease sizing; nil = allocator.ShareByRate{}
-	Fallback     spender.FallbackPolicy  // leased spenders' policy while the allocator is unreachable
-	SlowDeadline time.Duration           // spender slow-path deadline; default 50ms (the spender's)
-	Horizon      time.Duration           // spender lease horizon; default 2s (the spender's)
-	Tick         time.Duration           // spender maintenance interval; default 250ms (the spender's)
-	SeriesStep   time.Duration           // time-series bucket width; default 1s
+	TTL          time.Duration          // allocator lease TTL; default 10s (the allocator's)
+	Policy       allocator.Policy       // lease sizing; nil = allocator.ShareByRate{}
+	Fallback     spender.FallbackPolicy // leased spenders' policy while the allocator is unreachable
+	SlowDeadline time.Duration          // spender slow-path deadline; default 50ms (the spender's)
+	Horizon      time.Duration          // spender lease horizon; default 2s (the spender's)
+	Tick         time.Duration          // spender maintenance interval; default 250ms (the spender's)
+	SeriesStep   time.Duration          // time-series bucket width; default 1s
 
 	// Progress, if not nil, is called now and then with the virtual time
 	// reached and the total (traffic plus drain). It must not block.

@@ -150,6 +150,17 @@ func (l leased) answered(s *sim, ep int32, g reply) {
 	l.pump(s, e.inst)
 }
 
+// refused gives up a call the allocator rejected as invalid, as the real
+// leaser does: no answer is applied and the spender does not count the
+// allocator as unreachable; the keys are asked for again on the next call.
+func (l leased) refused(s *sim, ep int32) {
+	e := s.eps[ep]
+	in := &s.insts[e.inst]
+	in.call, e.body = nil, nil
+	l.retryParked(s, e.inst)
+	l.pump(s, e.inst)
+}
+
 func (l leased) failed(s *sim, ep int32) {
 	e := s.eps[ep]
 	in := &s.insts[e.inst]

@@ -4,6 +4,10 @@ import (
 	"errors"
 	"time"
 
+	"connectrpc.com/connect/v2"
+
+	"github.com/rationhq/ration/spender"
+
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -24,9 +28,12 @@ type endpoint struct {
 	applied   uint64                  // the last sequence the allocator applied (replays are not counted twice)
 
 	// central: the request this slot decides and where its call stands.
-	req   int32
-	phase phase
-	seq   uint64 // the last sequence used
+	req     int32
+	phase   phase
+	seq     uint64        // the last sequence used
+	hold    spender.Cost  // what the slot holds for its admitted request
+	holdGen uint32        // counts admissions, to match renew events
+	settle  *spender.Cost // the settlement's actual usage, once known; sent after a renewal in flight
 }
 
 // phase is where a central slot stands.
@@ -35,7 +42,7 @@ type phase uint8
 const (
 	idle     phase = iota
 	deciding       // asking for one request's cost
-	holding        // the request was admitted; waiting for its settlement
+	holding        // the request was admitted; its holding is renewed until settlement
 	settling       // giving back the unused part and the holding
 )
 
@@ -111,6 +118,9 @@ func (s *sim) netArrive(ep int32, g uint32) {
 	if g != e.attempt {
 		return // the sender gave up on this attempt; the allocator applied it anyway
 	}
+	if err != nil {
+		s.col.allocErrors++
+	}
 	e.resp = reply{resp: resp, err: err}
 	if s.lost() {
 		s.q.push(event{at: e.sentAt + int64(s.cfg.Net.CallTimeout/time.Microsecond), kind: evNetFail, a: ep, g: g})
@@ -125,11 +135,16 @@ func (s *sim) netReply(ep int32, g uint32) {
 	if e.body == nil || g != e.attempt {
 		return
 	}
-	if e.resp.err != nil {
+	switch {
+	case connect.CodeOf(e.resp.err) == connect.CodeInvalidArgument:
+		// The allocator refused the body; resending it cannot help. The
+		// real leaser gives such a call up and logs it; so does the sim.
+		s.strat.refused(s, ep)
+	case e.resp.err != nil:
 		s.netFail(ep, g)
-		return
+	default:
+		s.strat.answered(s, ep, e.resp)
 	}
-	s.strat.answered(s, ep, e.resp)
 }
 
 func (s *sim) netFail(ep int32, g uint32) {

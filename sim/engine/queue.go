@@ -4,18 +4,19 @@ package engine
 type kind uint8
 
 const (
-	evArrival     kind = iota + 1 // the next request arrives (a = -, b = -)
-	evSettle                      // request b's response is complete: settle it
-	evShadowSettle                // the ideal bucket's reservation for request b settles
-	evParkDeadline                // request b has waited a slow-path deadline
-	evNetArrive                   // endpoint a's attempt g reaches the allocator
-	evNetReply                    // the allocator's reply to endpoint a's attempt g arrives
-	evNetFail                     // endpoint a's attempt g failed (timeout or refused)
-	evNetResend                   // endpoint a resends after backoff (attempt g failed)
-	evTick                        // maintenance tick for every leased spender
-	evSample                      // close one time-series bucket
-	evJoin                        // instance a joins the fleet
-	evLeave                       // instance a stops receiving traffic
+	evArrival      kind = iota + 1 // the next request arrives (a = -, b = -)
+	evSettle                       // request b's response is complete: settle it
+	evShadowSettle                 // the ideal bucket's reservation for request b settles
+	evParkDeadline                 // request b has waited a slow-path deadline
+	evNetArrive                    // endpoint a's attempt g reaches the allocator
+	evNetReply                     // the allocator's reply to endpoint a's attempt g arrives
+	evNetFail                      // endpoint a's attempt g failed (timeout or refused)
+	evNetResend                    // endpoint a resends after backoff (attempt g failed)
+	evTick                         // maintenance tick for every leased spender
+	evSample                       // close one time-series bucket
+	evJoin                         // instance a joins the fleet
+	evLeave                        // instance a stops receiving traffic
+	evRenew                        // central slot a renews its holding (generation g)
 )
 
 // event is one entry of the queue. Events at the same instant run in the

@@ -45,6 +45,13 @@ type Result struct {
 	// bound C + rho*(t + TTL).
 	OverLimit float64
 	OverLease float64
+	// OverLimitGranted and OverLeaseGranted are the same over the
+	// admissions made from grants only, leaving out those made under the
+	// fallback policy (which invariant 1 does not cover; they are reported
+	// to the allocator as debt). FallbackUnits is what those used.
+	OverLimitGranted float64
+	OverLeaseGranted float64
+	FallbackUnits    float64
 
 	// Per-instance admission probability (admitted/offered, by the
 	// instance the request arrived at), over instances offered anything.
@@ -64,7 +71,8 @@ type Result struct {
 	P99        time.Duration
 	MaxWait    time.Duration
 
-	Fallback int64 // admissions under the fallback policy (leased spenders' metrics)
+	Fallback    int64 // admissions under the fallback policy (leased spenders' metrics)
+	AllocErrors int64 // calls the allocator answered with an error (refused bodies)
 
 	// Stranded is budget the allocator took out of the global bucket for
 	// this fleet that no request used and no spender gave back: leases
@@ -89,7 +97,7 @@ type Result struct {
 // Point is one time-series bucket, in the binding dimension.
 type Point struct {
 	At       time.Duration // bucket start
-	Offered  float64       // offered (requests, or reserved... used tokens of offered requests)
+	Offered  float64       // offered demand: requests, or the tokens the offered requests would use
 	Admitted float64
 	Ideal    float64
 }

@@ -71,6 +71,7 @@ type strategy interface {
 	parkDeadline(s *sim, id int32)
 	answered(s *sim, ep int32, g reply)
 	failed(s *sim, ep int32)
+	refused(s *sim, ep int32)
 	tick(s *sim)
 	drained(s *sim, i int32)
 	finish(s *sim)
@@ -215,6 +216,10 @@ func (s *sim) dispatch(e event) {
 		s.col.sample(s)
 		if s.now < s.end {
 			s.q.push(event{at: s.at(s.cfg.SeriesStep), kind: evSample})
+		}
+	case evRenew:
+		if c, ok := s.strat.(*central); ok {
+			c.renew(s, e.a, e.g)
 		}
 	case evJoin:
 		s.join(e.a)

@@ -28,13 +28,14 @@ func (standalone) join(s *sim, i int32) {
 	s.insts[i].lim = spender.New(s.clk, spender.WithShards(1))
 }
 
-func (standalone) leave(*sim, int32)        {}
-func (standalone) drained(*sim, int32)      {}
-func (standalone) tick(*sim)                {}
-func (standalone) finish(*sim)              {}
-func (standalone) parkDeadline(*sim, int32) {}
+func (standalone) leave(*sim, int32)           {}
+func (standalone) drained(*sim, int32)         {}
+func (standalone) tick(*sim)                   {}
+func (standalone) finish(*sim)                 {}
+func (standalone) parkDeadline(*sim, int32)    {}
 func (standalone) answered(*sim, int32, reply) {}
-func (standalone) failed(*sim, int32)       {}
+func (standalone) failed(*sim, int32)          {}
+func (standalone) refused(*sim, int32)         {}
 
 // owner returns the sticky owner among the live instances.
 func (standalone) owner(s *sim) int32 {

@@ -25,17 +25,18 @@ const (
 // live in a slab indexed by int32 so events can refer to them without
 // pointers.
 type request struct {
-	origin  int32          // the instance the load balancer chose
-	inst    int32          // the instance deciding it (the owner, for sticky)
-	at      int64          // arrival, virtual µs
-	cost    spender.Cost   // reserved: 1 request, prompt + max_tokens
-	actual  spender.Cost   // settled: 1 request, prompt + output
-	service int64          // µs from admission to settlement
-	res     spender.Reservation
-	shadow  spender.Reservation // the ideal bucket's reservation, if it admitted
-	parked  bool           // waiting for its spender's call
-	ep      int32          // central: the endpoint deciding it
-	decided bool
+	origin   int32        // the instance the load balancer chose
+	inst     int32        // the instance deciding it (the owner, for sticky)
+	at       int64        // arrival, virtual µs
+	cost     spender.Cost // reserved: 1 request, prompt + max_tokens
+	actual   spender.Cost // settled: 1 request, prompt + output
+	service  int64        // µs from admission to settlement
+	res      spender.Reservation
+	shadow   spender.Reservation // the ideal bucket's reservation, if it admitted
+	parked   bool                // waiting for its spender's call
+	ep       int32               // central: the endpoint deciding it
+	decided  bool
+	fallback bool // admitted under a leased spender's fallback policy
 }
 
 // traffic draws the arrivals of a scenario from its own random stream, so
