@@ -18,8 +18,9 @@ import (
 // one round trip away.
 //
 // A request not decided within the slow-path deadline (a lost message, an
-// outage) is rejected: central fails closed. Its slot keeps resending the
-// call and gives back anything granted late.
+// outage) is rejected: central fails closed, and its slot gives the call
+// up, as a client cancelling its RPC would. If the allocator applied it
+// anyway, the grant stays held until the TTL (stranded budget).
 type central struct {
 	free [][]int32 // idle slots by instance
 }
@@ -80,9 +81,13 @@ func (c *central) arrive(s *sim, id int32) {
 	c.call(s, ep, limited(s.cfg.Limits, r.cost), spender.Cost{}, spender.Cost{}, spender.Cost{})
 }
 
-// parkDeadline rejects a request still undecided (fail closed).
+// parkDeadline rejects a request still undecided (fail closed) and frees
+// its slot; a late reply to the abandoned call is ignored.
 func (c *central) parkDeadline(s *sim, id int32) {
-	s.eps[s.reqs[id].ep].req = -1
+	ep := s.reqs[id].ep
+	e := s.eps[ep]
+	e.body, e.phase, e.req = nil, idle, -1
+	c.free[e.inst] = append(c.free[e.inst], ep)
 	s.reject(id)
 }
 
@@ -93,23 +98,16 @@ func (c *central) answered(s *sim, ep int32, g reply) {
 	case deciding:
 		kg := g.resp.GetKeys()[0]
 		ok := kg.GetStatus() == leasev1.GrantStatus_GRANT_STATUS_OK
-		gr := spender.Cost{Requests: kg.GetGranted().GetRequests(), Tokens: kg.GetGranted().GetTokens()}
-		if e.req >= 0 {
-			id := e.req
-			if ok {
-				e.phase, e.hold = holding, limited(s.cfg.Limits, s.reqs[id].cost)
-				e.holdGen++
-				s.admit(id, &centralRes{c: c, s: s, ep: ep, gen: e.holdGen})
-				c.scheduleRenew(s, ep)
-				return
-			}
-			e.req = -1
-			s.reject(id)
-		} else if ok { // granted after its request gave up: give it back
-			e.phase = settling
-			c.call(s, ep, spender.Cost{}, gr, spender.Cost{}, spender.Cost{})
+		id := e.req
+		if ok {
+			e.phase, e.hold = holding, limited(s.cfg.Limits, s.reqs[id].cost)
+			e.holdGen++
+			s.admit(id, &centralRes{c: c, s: s, ep: ep, gen: e.holdGen})
+			c.scheduleRenew(s, ep)
 			return
 		}
+		e.req = -1
+		s.reject(id)
 	case holding: // a renewal came back
 		if e.settle != nil {
 			c.sendSettle(s, ep)

@@ -21,6 +21,7 @@ type collector struct {
 	instOffered       []int64
 	instAdmitted      []int64
 	outageAdmitted    []int64
+	outageOffered     []int64
 	outFrom, outTo    int64  // window for outageAdmitted
 	req, tok          window // every admission
 	reqG, tokG        window // admissions from grants only (fallback left out)
@@ -39,7 +40,8 @@ type collector struct {
 func (c *collector) init(s *sim) {
 	n := s.cfg.Instances
 	c.tokens = s.cfg.Scenario.Tokens
-	c.instOffered, c.instAdmitted, c.outageAdmitted = make([]int64, n), make([]int64, n), make([]int64, n)
+	c.instOffered, c.instAdmitted = make([]int64, n), make([]int64, n)
+	c.outageAdmitted, c.outageOffered = make([]int64, n), make([]int64, n)
 	c.half = s.end / 2
 	lim := s.cfg.Limits
 	c.req, c.reqG, c.reqOn = window{rate: lim.RPM}, window{rate: lim.RPM}, lim.RPM > 0
@@ -61,6 +63,9 @@ func (c *collector) units(x spender.Cost) int64 {
 func (c *collector) onOffer(s *sim, r *request) {
 	c.offered++
 	c.instOffered[r.origin]++
+	if s.now >= c.outFrom && s.now < c.outTo {
+		c.outageOffered[r.origin]++
+	}
 	c.cur.Offered += float64(c.units(r.actual))
 }
 
@@ -208,7 +213,7 @@ func (s *sim) result() *Result {
 		r.StrandedFrac = r.Stranded / r.Allowed
 	}
 	if c.outTo > c.outFrom {
-		r.OutageAdmitted = c.outageAdmitted
+		r.OutageAdmitted, r.OutageOffered = c.outageAdmitted, c.outageOffered
 		r.OutageWindow = time.Duration(c.outTo-c.outFrom) * time.Microsecond
 	}
 	return r

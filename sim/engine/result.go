@@ -85,10 +85,12 @@ type Result struct {
 	ReservedTokens int64 // tokens reserved by admitted requests (prompt + max_tokens)
 	UsedTokens     int64 // tokens they used
 
-	// Outage, when the scenario has one: admissions per instance between
-	// the first instant any lease could still be valid (outage start + TTL)
-	// and the end of the outage, and that window's length.
+	// Outage, when the scenario has one: admissions (by deciding instance)
+	// and offers (by arrival instance) between the instant no lease can
+	// still be valid (outage start + TTL + slow-path deadline) and the end
+	// of the outage, and that window's length.
 	OutageAdmitted []int64
+	OutageOffered  []int64
 	OutageWindow   time.Duration
 
 	Series []Point // one per SeriesStep of traffic
