@@ -83,7 +83,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if *policyHorizon > 0 {
 		base.Policy = allocator.ShareByRate{Horizon: *policyHorizon}
 	}
-	bar := report.NewProgress(stderr, len(scs)*len(sts), *progress)
+	bar := report.NewProgress(stderr, len(scs)*len(sts), *progress && isTerminal(stderr))
 	var rs []*engine.Result
 	for _, sc := range scs {
 		for _, st := range sts {
@@ -111,6 +111,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	return report.WriteAll(*out, rs, scs)
+}
+
+// isTerminal reports whether w is a character device (a terminal), where
+// a redrawn progress line makes sense.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 func scenarioNames() []string {
