@@ -10,29 +10,34 @@ import (
 	"github.com/rationhq/ration/sim/engine"
 )
 
-// columns are the table's headers and how each is computed from a Result.
-var columns = []struct {
+// column is one of the table's headers and how its cell is computed.
+type column struct {
 	head string
 	cell func(r *engine.Result) string
-}{
-	{"scenario", func(r *engine.Result) string { return r.Scenario }},
-	{"strategy", func(r *engine.Result) string { return string(r.Strategy) }},
-	{"admit%", func(r *engine.Result) string { return pct(r.AdmitFrac) }},
-	{"vs ideal", func(r *engine.Result) string { return pct(r.VsIdeal) }},
-	{"steady%ρ", func(r *engine.Result) string { return pct(r.Steady) }},
-	{"over C+ρt", func(r *engine.Result) string { return over(r.OverLimit) }},
-	{"over C+ρ(t+TTL)", func(r *engine.Result) string { return over(r.OverLease) }},
-	{"Jain", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.Jain) }},
-	{"min p", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.MinProb) }},
-	{"max p", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.MaxProb) }},
-	{"calls/adm", func(r *engine.Result) string { return fmt.Sprintf("%.4f", r.CallsPerAdmit) }},
-	{"waited", func(r *engine.Result) string { return pct(r.WaitedFrac) }},
-	{"p50", func(r *engine.Result) string { return ms(r.P50) }},
-	{"p99", func(r *engine.Result) string { return ms(r.P99) }},
-	{"max wait", func(r *engine.Result) string { return ms(r.MaxWait) }},
-	{"fallback", func(r *engine.Result) string { return fmt.Sprint(r.Fallback) }},
-	{"stranded", func(r *engine.Result) string { return pct(r.StrandedFrac) }},
-	{"resv/used", func(r *engine.Result) string { return resv(r) }},
+}
+
+// columns returns the table's columns in order.
+func columns() []column {
+	return []column{
+		{"scenario", func(r *engine.Result) string { return r.Scenario }},
+		{"strategy", func(r *engine.Result) string { return string(r.Strategy) }},
+		{"admit%", func(r *engine.Result) string { return pct(r.AdmitFrac) }},
+		{"vs ideal", func(r *engine.Result) string { return pct(r.VsIdeal) }},
+		{"steady%ρ", func(r *engine.Result) string { return pct(r.Steady) }},
+		{"over C+ρt", func(r *engine.Result) string { return over(r.OverLimit) }},
+		{"over C+ρ(t+TTL)", func(r *engine.Result) string { return over(r.OverLease) }},
+		{"Jain", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.Jain) }},
+		{"min p", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.MinProb) }},
+		{"max p", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.MaxProb) }},
+		{"calls/adm", func(r *engine.Result) string { return fmt.Sprintf("%.4f", r.CallsPerAdmit) }},
+		{"waited", func(r *engine.Result) string { return pct(r.WaitedFrac) }},
+		{"p50", func(r *engine.Result) string { return ms(r.P50) }},
+		{"p99", func(r *engine.Result) string { return ms(r.P99) }},
+		{"max wait", func(r *engine.Result) string { return ms(r.MaxWait) }},
+		{"fallback", func(r *engine.Result) string { return fmt.Sprint(r.Fallback) }},
+		{"stranded", func(r *engine.Result) string { return pct(r.StrandedFrac) }},
+		{"resv/used", func(r *engine.Result) string { return resv(r) }},
+	}
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
@@ -62,6 +67,7 @@ func resv(r *engine.Result) string {
 
 // Table writes an aligned table of rs, or a Markdown table with markdown.
 func Table(w io.Writer, rs []*engine.Result, markdown bool) error {
+	columns := columns()
 	if markdown {
 		var b strings.Builder
 		row := func(cells []string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }

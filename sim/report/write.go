@@ -12,13 +12,19 @@ import (
 	"github.com/rationhq/ration/sim/engine"
 )
 
-// colors by strategy, fixed so plots compare across files.
-var colors = map[engine.Strategy]string{
-	engine.Static:       "#d62728",
-	engine.Central:      "#9467bd",
-	engine.Leased:       "#2ca02c",
-	engine.LeasedStrict: "#1f77b4",
-	engine.Sticky:       "#ff7f0e",
+// color returns a strategy's plot color, fixed so plots compare across files.
+func color(st engine.Strategy) string {
+	switch st {
+	case engine.Static:
+		return "#d62728"
+	case engine.Central:
+		return "#9467bd"
+	case engine.Leased:
+		return "#2ca02c"
+	case engine.LeasedStrict:
+		return "#1f77b4"
+	}
+	return "#ff7f0e" // sticky
 }
 
 // WriteAll writes results.csv, instances.csv, series.csv, one time-series
@@ -77,7 +83,7 @@ func grouped(w io.Writer, rs []*engine.Result, scs []engine.Scenario, title, yla
 	vals := make([][]float64, len(sts))
 	var names, cols []string
 	for s, st := range sts {
-		names, cols = append(names, string(st)), append(cols, colors[st])
+		names, cols = append(names, string(st)), append(cols, color(st))
 		vals[s] = make([]float64, len(groups))
 		for g := range groups {
 			vals[s][g] = math.NaN()
@@ -139,7 +145,7 @@ func timeSeries(w io.Writer, sc engine.Scenario, rs []*engine.Result) {
 	ls = append(ls, line{name: "limit ρ", color: "#000000", dashed: true, xs: []float64{0, r0.Duration.Seconds()}, ys: []float64{r0.Rate, r0.Rate}})
 	for _, r := range rs {
 		xs, ys := avg(func(p engine.Point) float64 { return p.Admitted }, r.Series)
-		ls = append(ls, line{name: string(r.Strategy), color: colors[r.Strategy], xs: xs, ys: ys})
+		ls = append(ls, line{name: string(r.Strategy), color: color(r.Strategy), xs: xs, ys: ys})
 	}
 	title := fmt.Sprintf("%s: admitted %s (N=%d, seed %d)", sc.Name, unit, r0.Instances, r0.Seed)
 	lineChart(w, title, "virtual time (s)", unit, r0.Duration.Seconds(), ls)
@@ -155,7 +161,7 @@ func perInstance(w io.Writer, sc engine.Scenario, rs []*engine.Result) {
 	var names, cols []string
 	vals := make([][]float64, len(rs))
 	for s, r := range rs {
-		names, cols = append(names, string(r.Strategy)), append(cols, colors[r.Strategy])
+		names, cols = append(names, string(r.Strategy)), append(cols, color(r.Strategy))
 		vals[s] = make([]float64, n)
 		for i := range vals[s] {
 			vals[s][i] = math.NaN()
