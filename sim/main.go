@@ -53,7 +53,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	latency := fs.Duration("latency", time.Millisecond, "one-way network latency")
 	jitter := fs.Duration("jitter", 500*time.Microsecond, "added uniform network jitter")
 	loss := fs.Float64("loss", 0, "message loss probability each way (the lossy scenario adds 5%)")
-	callTimeout := fs.Duration("call-timeout", 2*time.Second, "how long a caller waits for a lost reply (the spender's default)")
+	callTimeout := fs.Duration("call-timeout", 0, "how long a caller waits for a lost reply; 0: as the spender, ten round trips, at least 25ms")
 	deadline := fs.Duration("deadline", 50*time.Millisecond, "spender slow-path deadline")
 	horizon := fs.Duration("horizon", 2*time.Second, "spender lease horizon")
 	policyHorizon := fs.Duration("policy-horizon", 0, "allocator ShareByRate horizon (0: the TTL)")

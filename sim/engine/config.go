@@ -55,7 +55,7 @@ type Net struct {
 	Latency     time.Duration // one-way base latency; default 1ms
 	Jitter      time.Duration // added uniform jitter, [0, Jitter); default 500µs
 	Loss        float64       // probability a message is lost, each way; default 0
-	CallTimeout time.Duration // how long a sender waits for a lost reply; default 2s (the spender's default)
+	CallTimeout time.Duration // how long a sender waits for a lost reply; default as the spender's leaser: ten round trips, at least 25ms
 }
 
 // Config is one simulation run: one scenario, one strategy.
@@ -113,7 +113,7 @@ func (c Config) withDefaults() Config {
 		c.Net.Jitter = c.Scenario.Jitter
 	}
 	if c.Net.CallTimeout <= 0 {
-		c.Net.CallTimeout = 2 * time.Second
+		c.Net.CallTimeout = max(25*time.Millisecond, 10*2*(c.Net.Latency+c.Net.Jitter/2))
 	}
 	if c.TTL <= 0 {
 		c.TTL = 10 * time.Second

@@ -45,12 +45,12 @@
 //   - Close (instances leaving, the end of a run) sends its Release straight
 //     to the allocator, not over the simulated network; an instance that
 //     cannot reach the allocator then just stops and its leases expire.
-//   - A lost message is noticed after Net.CallTimeout (2 s, the spender's
-//     default); a refused one (outage) after one round trip. Resends back
-//     off like the spender's leaser (10 ms doubling to 1 s, jittered).
-//   - Which admissions were made under the fallback policy is read from
-//     the spender's unexported reservation field by reflection (see
-//     isFallback), cross-checked against its metrics by a test.
+//   - A lost message is noticed after Net.CallTimeout (by default ten
+//     round trips, at least 25 ms, as the spender's leaser); a refused one
+//     (outage) after one round trip. Resends back off like the spender's
+//     leaser (10 ms doubling to 1 s, jittered).
+//   - Which admissions were made under the fallback policy comes from
+//     spender.AdmissionPath, cross-checked against its metrics by a test.
 //   - Central fails closed after the slow-path deadline and gives up the
 //     call; a grant the allocator made anyway stays held until the TTL.
 //   - The allocator is in memory (no bbolt): durability is not simulated.
