@@ -22,20 +22,13 @@ func oversize(lim Limits, c Cost) (Dimension, bool) {
 // reserveLeased is Reserve and ReserveAt (ahead) on a leased Limiter.
 func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim Limits, c Cost, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
 	lz := l.lz
-	sh := &l.shards[h&l.mask]
 	now := l.clock.Now()
 	inst := bucket.InstantOf(l.epoch, now)
-
-	sh.mu.Lock()
-	if inst >= sh.sweepAt || sh.n >= sh.sweepLen {
-		sh.sweepLocked(inst)
-	}
-	st, err := sh.lookupLocked(h, key, lim, inst)
+	st, err := l.lockKey(h, key, lim, inst)
 	if err != nil {
-		sh.mu.Unlock()
 		return nil, time.Time{}, err
 	}
-	ls := st.ls
+	sh, ls := st.sh, st.ls
 	if dim, big := oversize(lim, c); big {
 		rej := &RejectError{Status: ls.status(lim, inst), Dimension: dim, Oversize: true, Cost: c}
 		sh.mu.Unlock()
