@@ -10,18 +10,18 @@ import (
 // keyState is one key's pair of buckets. It is guarded by its shard's
 // mutex. A dimension whose rate is 0 has no bucket and is never consulted.
 type keyState struct {
-	sh       *shard
-	key      string
-	hash     uint64    // maphash of key under the Limiter's seed
-	next     *keyState // the next state whose key has the same hash
-	lim      Limits
-	req, tok bucket.Bucket // valid only while lim.RPM > 0, lim.TPM > 0
+	sh   *shard
+	key  string
+	hash uint64    // maphash of key under the Limiter's seed
+	next *keyState // the next state whose key has the same hash
+	lim  Limits
 	// ls is the lease state of a leased Limiter's key (nil when
 	// standalone); req and tok then serve only as fallback buckets.
 	ls *leaseState
 	// dead is set when the shard dropped this state (its buckets were full);
 	// a reservation that still points here looks the key up again.
-	dead bool
+	dead     bool
+	req, tok bucket.Bucket // valid only while lim.RPM > 0, lim.TPM > 0
 }
 
 // validateLimits checks lim without touching any state.

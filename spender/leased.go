@@ -268,9 +268,7 @@ func (l *Limiter) reserveAhead(ctx context.Context, st *keyState, lim Limits, c 
 		return r, now, err
 	}
 	kr := res.r
-	if kr.GetSnapshot() != nil {
-		ls.snap, ls.snapAt = kr.GetSnapshot(), inst
-	}
+	ls.setSnapshot(kr.GetSnapshot(), inst)
 	wait := time.Duration(kr.GetWaitUs()) * time.Microsecond
 	switch kr.GetStatus() {
 	case leasev1.GrantStatus_GRANT_STATUS_OK:

@@ -324,9 +324,7 @@ func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expir
 	if g.GetHeld() != nil {
 		ls.trimTo(st.lim, fromAmount(g.GetHeld()))
 	}
-	if g.GetSnapshot() != nil {
-		ls.snap, ls.snapAt = g.GetSnapshot(), recv
-	}
+	ls.setSnapshot(g.GetSnapshot(), recv)
 	if a := g.GetActiveSpenders(); a > 0 {
 		ls.active = a
 		if a > lz.maxActive.Load() {

@@ -12,41 +12,48 @@ import (
 // It is guarded by the key's shard mutex. Only limited dimensions are
 // tracked; an unlimited one is never short.
 type leaseState struct {
-	avail       Cost           // granted and unspent; spendable while now < expiry
+	// Read or written by every Reserve, kept together.
 	expiry      bucket.Instant // when avail stops being spendable
+	avail       Cost           // granted and unspent; spendable while now < expiry
 	outstanding Cost           // admitted and not yet settled (counted as held)
-	debt        Cost           // spent beyond any grant, not yet reported
-	ret         Cost           // to give back on the next call
+	lowWater    Cost           // refresh when the lease falls below this plus a request
+	spentTotal  Cost           // spent since the state was made, net of refunds
+	lastCost    Cost
+	lastUse     bucket.Instant
+	gen         uint32 // moves on each time the lease is seen to expire
+	queued      bool   // waiting for the next Acquire
+	inCall      bool   // in the Acquire being sent
+	hasSnap     bool   // snapRem and snapAt hold an answer
+
+	// The key's global state as of the last answer, for headers: whole
+	// units left in the global buckets, copied out of the answer so the
+	// hot path reads no message.
+	snapRem Cost
+	snapAt  bucket.Instant
+
+	debt Cost // spent beyond any grant, not yet reported
+	ret  Cost // to give back on the next call
 
 	notBefore bucket.Instant // after NOT_COVERED: answer locally until then
 	shortDim  Dimension      // the dimension that was short then
 	tooLarge  bool           // the allocator said the last need can never fit
 
-	queued     bool           // waiting for the next Acquire
-	inCall     bool           // in the Acquire being sent
 	waitMax    Cost           // the largest cost a blocked Reserve waits for
 	waitSum    Cost           // the sum of the costs blocked Reserves wait for
 	wait       chan struct{}  // closed when the next Acquire carrying this key ends
 	pending    bucket.Instant // manual leasing: when a Reserve first waited
 	hasPending bool           // manual leasing: a Reserve is waiting
 
-	// The key's global state as of the last answer, for headers.
-	snap   *leasev1.Snapshot
-	snapAt bucket.Instant
 	active uint32 // spenders holding a lease on the key, per the allocator
 
 	// Spend rate, estimated at each call from spentTotal.
-	spentTotal       Cost
-	rateBase         Cost
 	rated            bool // rateAt and rateBase are set
 	rateAt           bucket.Instant
+	rateBase         Cost
 	rateReq, rateTok float64 // per second
-	lastCost         Cost
-	lastUse          bucket.Instant
-	lowWater         Cost   // refresh when the lease falls below this plus a request
-	gen              uint32 // moves on each time the lease is seen to expire
-	fallback         bool   // fallback buckets (keyState.req/tok) are at fbLim
-	fbLim            Limits // the share the fallback buckets were made for
+
+	fallback bool   // fallback buckets (keyState.req/tok) are at fbLim
+	fbLim    Limits // the share the fallback buckets were made for
 }
 
 // valid reports whether the lease may be spent at now, dropping it if not:
@@ -114,6 +121,15 @@ func (ls *leaseState) settle(lim Limits, reserved, actual Cost, gen uint32) {
 	}
 	adjust(&ls.avail.Requests, &ls.debt.Requests, reserved.Requests, actual.Requests)
 	adjust(&ls.avail.Tokens, &ls.debt.Tokens, reserved.Tokens, actual.Tokens)
+}
+
+// setSnapshot records the global state an answer reported at now.
+func (ls *leaseState) setSnapshot(sn *leasev1.Snapshot, now bucket.Instant) {
+	if sn == nil {
+		return
+	}
+	ls.snapRem = Cost{Requests: sn.GetRequests().GetRemaining(), Tokens: sn.GetTokens().GetRemaining()}
+	ls.snapAt, ls.hasSnap = now, true
 }
 
 // trimTo makes the lease agree with what the allocator says this spender
@@ -212,20 +228,20 @@ func (ls *leaseState) idle(now bucket.Instant) bool {
 func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
 	var s Status
 	age := int64(now - ls.snapAt)
-	dim := func(rate, burst int64, snap *leasev1.DimSnapshot, avail int64) (limit, remaining int64, reset time.Duration) {
+	dim := func(rate, burst, snapRem, avail int64) (limit, remaining int64, reset time.Duration) {
 		limit = capacityOf(rate, burst)
 		remaining = max(0, avail)
-		if snap != nil {
-			remaining += min(limit, max(0, snap.GetRemaining())+mulDiv(rate, max(0, age), minuteUs, limit))
+		if ls.hasSnap {
+			remaining += min(limit, max(0, snapRem)+mulDiv(rate, max(0, age), minuteUs, limit))
 		}
 		remaining = min(limit, remaining)
 		return limit, remaining, time.Duration(mulDiv(limit-remaining, minuteUs, rate, 1<<62)) * time.Microsecond
 	}
 	if lim.RPM > 0 {
-		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, lim.BurstRequests, ls.snap.GetRequests(), ls.avail.Requests)
+		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, lim.BurstRequests, ls.snapRem.Requests, ls.avail.Requests)
 	}
 	if lim.TPM > 0 {
-		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, lim.BurstTokens, ls.snap.GetTokens(), ls.avail.Tokens)
+		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, lim.BurstTokens, ls.snapRem.Tokens, ls.avail.Tokens)
 	}
 	return s
 }
@@ -236,6 +252,9 @@ const minuteUs = int64(time.Minute / time.Microsecond)
 // or ceiling when the result would exceed it.
 func mulDiv(a, b, c, ceiling int64) int64 {
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi == 0 { // the usual case: a 64-bit division, far cheaper than Div64
+		return int64(min(lo/uint64(c), uint64(ceiling)))
+	}
 	if hi >= uint64(c) {
 		return ceiling
 	}

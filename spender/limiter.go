@@ -192,8 +192,8 @@ func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Insta
 	case st == nil && sh.l.lz != nil:
 		// One allocation for both, so the hot path touches adjacent memory.
 		lk := &struct {
+			leaseState // its hot fields first, then the key's own
 			keyState
-			leaseState
 		}{}
 		lk.keyState = keyState{sh: sh, key: key, hash: h, lim: lim, ls: &lk.leaseState}
 		lk.leaseState.lastUse = now // not idle before it had a chance to be used
