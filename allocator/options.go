@@ -19,8 +19,6 @@ type config struct {
 	policy         Policy
 	logger         *slog.Logger
 	retention      time.Duration
-	maxBatchSize   int
-	maxBatchDelay  time.Duration
 	commitObserver func(time.Duration, error)
 	hook           func(stage string) error // tests: called inside every commit
 	noSync         bool                     // tests: skip fsync
@@ -28,13 +26,11 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		clock:         SystemClock{},
-		ttl:           10 * time.Second,
-		policy:        ShareByRate{},
-		logger:        slog.New(slog.DiscardHandler),
-		retention:     time.Hour,
-		maxBatchSize:  128,
-		maxBatchDelay: 200 * time.Microsecond,
+		clock:     SystemClock{},
+		ttl:       10 * time.Second,
+		policy:    ShareByRate{},
+		logger:    slog.New(slog.DiscardHandler),
+		retention: time.Hour,
 	}
 }
 
@@ -59,14 +55,6 @@ func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.l
 // A retry older than this may be applied again (docs/allocator.md).
 func WithSessionRetention(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retention = d })
-}
-
-// WithBatch sets bbolt's group commit: at most size calls share a commit,
-// and a commit waits at most delay for more calls; defaults 128 and 200 µs.
-// Size should be about the number of concurrent callers (bbolt waits for
-// its timer when a batch does not fill).
-func WithBatch(size int, delay time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxBatchSize, c.maxBatchDelay = size, delay })
 }
 
 // WithCommitObserver calls f after every bbolt commit attempt with its

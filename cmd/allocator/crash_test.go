@@ -162,7 +162,7 @@ func TestCrashUnderLoad(t *testing.T) {
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens")
 	os.WriteFile(tokens, []byte(testToken+"\n"), 0o600)
-	args := []string{"-data-dir", filepath.Join(dir, "data"), "-token-file", tokens, "-batch-size", "8"}
+	args := []string{"-data-dir", filepath.Join(dir, "data"), "-token-file", tokens}
 
 	start := time.Now()
 	p := startBinary(t, args...)

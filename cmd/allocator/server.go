@@ -145,8 +145,13 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	}
 	led, err := allocator.Open(filepath.Join(cfg.dataDir, "allocator.db"),
 		allocator.WithTTL(cfg.leaseTTL), allocator.WithStrict(cfg.strict), allocator.WithLogger(log),
-		allocator.WithBatch(cfg.batchSize, cfg.batchDelay), allocator.WithSessionRetention(cfg.sessionRetention),
-		allocator.WithCommitObserver(metrics.ObserveCommit))
+		allocator.WithSessionRetention(cfg.sessionRetention),
+		allocator.WithCommitObserver(func(d time.Duration, err error) {
+			metrics.ObserveCommit(d, err)
+			if cfg.onCommit != nil {
+				cfg.onCommit()
+			}
+		}))
 	if err != nil {
 		srv.Close()
 		return err

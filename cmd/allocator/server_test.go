@@ -320,8 +320,10 @@ func TestBadInputOverTheWire(t *testing.T) {
 }
 
 func TestGracefulShutdownDrainsInFlightCalls(t *testing.T) {
-	// A large batch with a long delay: each call waits ~300 ms for its commit.
-	cfg := testConfig(t, "-batch-size", "1000", "-batch-delay", "300ms")
+	// Every commit takes 300 ms more: the calls are in flight when SIGTERM
+	// (here: the context) arrives.
+	cfg := testConfig(t)
+	cfg.onCommit = func() { time.Sleep(300 * time.Millisecond) }
 	ts := startServer(t, cfg)
 	c := leaseClient(h2cClient(), "http://"+ts.addr)
 	errs := make(chan error, 4)
@@ -348,6 +350,7 @@ func TestGracefulShutdownDrainsInFlightCalls(t *testing.T) {
 		t.Fatalf("log: %s", ts.log.String())
 	}
 	// The store was closed: it opens again at once, with the drained calls in it.
+	cfg.onCommit = nil
 	ts2 := startServer(t, cfg)
 	r, err := leaseClient(h2cClient(), "http://"+ts2.addr).Acquire(authed(testToken), acquireReq("s0", 1, "k"))
 	if err != nil || r.GetKeys()[0].GetGranted().GetTokens() != 100 {
@@ -370,7 +373,6 @@ func TestConfigFromEnvironmentAndErrors(t *testing.T) {
 		{"-no-auth", "-token-file", "x"},   // both
 		{"-no-auth", "-tls-cert", "c"},     // cert without key
 		{"-no-auth", "-lease-ttl", "2h"},   // ttl range
-		{"-no-auth", "-batch-size", "0"},   // batch
 		{"-no-auth", "-log-level", "loud"}, // level
 		{"-no-auth", "extra"},              // stray argument
 	} {
