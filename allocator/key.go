@@ -88,15 +88,40 @@ func (k *keyState) rateSum() (r Amount) {
 // touch brings the key to now: refill, enforce the level cap against every
 // holding that was live since the last touch (before dropping the expired
 // ones, so the cap is never looser than a continuous one), then expire.
+//
+// Holdings stop counting at their own expiry, not at the next touch: the
+// refill is advanced through each expiry up to now in turn, with the cap
+// enforced at the end of each stretch. Between two expiries the holdings
+// are constant and the level only rises, so this equals a cap enforced
+// continuously (a cap applied only at now would burn refill that arrived
+// after the holdings had expired).
 func (k *keyState) touch(now bucket.Instant, ttl time.Duration, strict bool) {
+	for {
+		next, ok := bucket.Instant(0), false
+		for i := range k.holds {
+			if e := k.holds[i].expiry; e <= now && (!ok || e < next) {
+				next, ok = e, true
+			}
+		}
+		if !ok {
+			break
+		}
+		k.advance(next)
+		k.enforceCap(ttl, strict)
+		k.expire(next)
+	}
+	k.advance(now)
+	k.enforceCap(ttl, strict)
+	k.expire(now)
+}
+
+func (k *keyState) advance(now bucket.Instant) {
 	if k.req.on {
 		k.req.b.Advance(now)
 	}
 	if k.tok.on {
 		k.tok.b.Advance(now)
 	}
-	k.enforceCap(ttl, strict)
-	k.expire(now)
 }
 
 // expire drops holdings whose expiry is at or before now.

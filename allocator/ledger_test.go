@@ -292,8 +292,15 @@ func TestReturnedTokensDoNotAccumulate(t *testing.T) {
 func TestStrictModeCountsHoldingsAgainstCapacity(t *testing.T) {
 	for _, tc := range []struct {
 		strict bool
-		want   int64 // remaining after 30 s with 600 held
-	}{{false, 100}, {true, 0}} {
+		want   int64 // remaining after 30 s; the 600 held expired at 10 s
+	}{
+		// Until 10 s the cap holds level+held at 700 (level 100); then the
+		// holding expires and 20 s of refill add 200.
+		{false, 300},
+		// Strict: the cap is 600, so the level stays 0 until the holding
+		// expires at 10 s; then 20 s of refill add 200.
+		{true, 200},
+	} {
 		clk := newFakeClock()
 		l := newLedger(t, clk, WithStrict(tc.strict))
 		acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 600}})

@@ -23,13 +23,18 @@ var (
 	// ErrInvalidCost is returned when a cost has a negative field.
 	ErrInvalidCost = errors.New("spender: invalid cost")
 
+	// ErrClosed is returned by Flush and by the calls of a leased Limiter
+	// after Close.
+	ErrClosed = errors.New("spender: limiter closed")
+
 	// ErrInvalidLimits is returned when limits are negative or too large
 	// for exact arithmetic.
 	ErrInvalidLimits = errors.New("spender: invalid limits")
 )
 
-// MaxKeyLen is the longest key, in bytes, that the Limiter accepts.
-const MaxKeyLen = 512
+// MaxKeyLen is the longest key, in bytes, that the Limiter accepts: the
+// lease protocol's limit, so that a standalone and a leased Limiter agree.
+const MaxKeyLen = 256
 
 // RejectError is returned when a cost is not admitted. It never reserves
 // anything.

@@ -1,0 +1,45 @@
+// Package spender admits LLM requests against each API key's
+// requests-per-minute and tokens-per-minute budgets, in process, with no
+// network on the hot path.
+//
+// A Limiter holds two token buckets per key (see package bucket): RPM and
+// TPM, each of capacity C (the limit, or its burst) refilled continuously
+// at C per minute and starting full. A request's Cost (1 request and an
+// estimate of its tokens) is reserved in both or in neither. When the
+// response is known, the Reservation is settled with the actual usage:
+// unused tokens come back (capped at C), an overrun is charged even below
+// zero, a debt the key's next requests wait off. Cancel returns everything
+// (for a request that failed before using anything). Exactly one of Settle
+// and Cancel counts.
+//
+// A rejection is a *RejectError carrying the exact wait, RetryAfter =
+// (n - L)/ρ from the bucket state, which RetryAfterSeconds turns into the
+// Retry-After header's whole seconds (rounded up, at least 1). A cost above
+// a bucket's capacity can never be admitted: its RejectError has Oversize
+// set, matches ErrExceedsCapacity and has no RetryAfter.
+//
+// Wait mode (ReserveAt) answers "send now, send at t, or not in time":
+// it reserves at once for the earliest time the cost is covered, and
+// refuses without reserving when that is further away than the caller can
+// wait (seed 002).
+//
+// # Guarantees
+//
+//   - Exact: the arithmetic is integer fixed point; seed 000 §3 and the
+//     seed 002 cases hold to the digit and nothing drifts.
+//   - Bounded: admitted cost in any window of length t is at most
+//     C + ρ·t per key and dimension (plus overruns charged after the fact).
+//   - Concurrent: a Limiter and its Reservations are safe for concurrent
+//     use; keys are spread over lock shards; no decision takes a global lock.
+//   - Bounded memory: a key whose buckets are full again holds no state; it
+//     is dropped at its shard's next sweep.
+//   - Time comes only from the Clock, read once per Reserve; settling a
+//     refund reads no clock at all.
+//
+// # Caveats
+//
+// Limits are passed with every call, because they live on the key record;
+// the Limiter follows changes without minting tokens. Keys are budgets per
+// key ID: two keys never share a bucket. The Limiter does not count
+// concurrent requests (in-flight limits are a separate concern).
+package spender

@@ -1,0 +1,58 @@
+package spender_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rationhq/ration/internal/fakeclock"
+	"github.com/rationhq/ration/spender"
+)
+
+// The seed 000 worked example: reserve an estimate, settle the actual
+// usage, and tell a client exactly when to come back.
+func ExampleLimiter_Reserve() {
+	clock := fakeclock.New() // spender.SystemClock{} in production
+	l := spender.New(clock)
+	lim := spender.Limits{RPM: 3, TPM: 1000}
+
+	r, err := l.Reserve(context.Background(), "key-1", lim, spender.Cost{Requests: 1, Tokens: 300})
+	if err != nil {
+		panic(err)
+	}
+	s := r.Status()
+	fmt.Println("remaining:", s.RemainingRequests, "requests,", s.RemainingTokens, "tokens; full again in", s.ResetTokens)
+	r.Settle(spender.Cost{Requests: 1, Tokens: 120}) // 180 unused tokens come back
+
+	_, err = l.Reserve(context.Background(), "key-1", lim, spender.Cost{Requests: 1, Tokens: 900})
+	var rej *spender.RejectError
+	if errors.As(err, &rej) {
+		fmt.Println("rejected: wait", rej.RetryAfter, "so Retry-After:", spender.RetryAfterSeconds(rej.RetryAfter))
+	}
+	// Output:
+	// remaining: 2 requests, 700 tokens; full again in 18s
+	// rejected: wait 1.2s so Retry-After: 2
+}
+
+// Wait mode: ten statements go at once, then one every 2 seconds; a caller
+// that cannot wait long enough is refused and reserves nothing (seed 002).
+func ExampleLimiter_ReserveAt() {
+	clock := fakeclock.New()
+	l := spender.New(clock)
+	lim := spender.Limits{RPM: 30, BurstRequests: 10} // 10 at once, then one per 2 s
+	for i := range 13 {
+		_, at, err := l.ReserveAt(context.Background(), "vendor", lim, spender.Cost{Requests: 1}, 5*time.Second)
+		if err != nil {
+			fmt.Printf("call %d: %v\n", i+1, err)
+			continue
+		}
+		if d := at.Sub(clock.Now()); d > 0 {
+			fmt.Printf("call %d: send in %v\n", i+1, d)
+		}
+	}
+	// Output:
+	// call 11: send in 2s
+	// call 12: send in 4s
+	// call 13: spender: rate limited on requests: 1 requested, 0 remaining; retry after 6s
+}

@@ -1,0 +1,171 @@
+package spender
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rationhq/ration/bucket"
+)
+
+// keyState is one key's pair of buckets. It is guarded by its shard's
+// mutex. A dimension whose rate is 0 has no bucket and is never consulted.
+type keyState struct {
+	sh       *shard
+	key      string
+	hash     uint64    // maphash of key under the Limiter's seed
+	next     *keyState // the next state whose key has the same hash
+	lim      Limits
+	req, tok bucket.Bucket // valid only while lim.RPM > 0, lim.TPM > 0
+	// ls is the lease state of a leased Limiter's key (nil when
+	// standalone); req and tok then serve only as fallback buckets.
+	ls *leaseState
+	// dead is set when the shard dropped this state (its buckets were full);
+	// a reservation that still points here looks the key up again.
+	dead bool
+}
+
+// validateLimits checks lim without touching any state.
+func validateLimits(lim Limits) error {
+	if lim.RPM < 0 || lim.TPM < 0 || lim.BurstRequests < 0 || lim.BurstTokens < 0 {
+		return fmt.Errorf("%w: negative value in %+v", ErrInvalidLimits, lim)
+	}
+	if bl, ok := lim.RequestLimit(); ok {
+		if err := bl.Validate(); err != nil {
+			return fmt.Errorf("%w: requests: %w", ErrInvalidLimits, err)
+		}
+	}
+	if bl, ok := lim.TokenLimit(); ok {
+		if err := bl.Validate(); err != nil {
+			return fmt.Errorf("%w: tokens: %w", ErrInvalidLimits, err)
+		}
+	}
+	return nil
+}
+
+// newKeyState returns full buckets for lim at now. lim must be valid.
+func newKeyState(sh *shard, key string, h uint64, lim Limits, now bucket.Instant) *keyState {
+	st := &keyState{sh: sh, key: key, hash: h, lim: lim}
+	if bl, ok := lim.RequestLimit(); ok {
+		st.req, _ = bucket.New(bl, now)
+	}
+	if bl, ok := lim.TokenLimit(); ok {
+		st.tok, _ = bucket.New(bl, now)
+	}
+	return st
+}
+
+// setLimits makes the buckets follow new, valid limits without minting: a
+// limited dimension keeps its level (capped at the new capacity), a newly
+// limited one starts full, a newly unlimited one drops its bucket.
+func (st *keyState) setLimits(lim Limits, now bucket.Instant) {
+	follow := func(b *bucket.Bucket, was bool, bl bucket.Limit, is bool) {
+		switch {
+		case is && was:
+			_ = b.SetLimit(bl, now) // bl was validated by the caller
+		case is:
+			*b, _ = bucket.New(bl, now)
+		default:
+			*b = bucket.Bucket{}
+		}
+	}
+	rl, rok := lim.RequestLimit()
+	tl, tok := lim.TokenLimit()
+	follow(&st.req, st.lim.RPM > 0, rl, rok)
+	follow(&st.tok, st.lim.TPM > 0, tl, tok)
+	st.lim = lim
+}
+
+// advance refills both buckets to now.
+func (st *keyState) advance(now bucket.Instant) {
+	if st.lim.RPM > 0 {
+		st.req.Advance(now)
+	}
+	if st.lim.TPM > 0 {
+		st.tok.Advance(now)
+	}
+}
+
+// wait returns how long until c is covered in every dimension (as of the
+// last advance), the dimension that waits longest, and whether c fits at
+// all; when it does not, dim is the dimension it exceeds.
+func (st *keyState) wait(c Cost) (w time.Duration, dim Dimension, fits bool) {
+	dim = Requests
+	if st.lim.RPM > 0 {
+		if !st.req.Fits(c.Requests) {
+			return 0, Requests, false
+		}
+		w = st.req.Wait(c.Requests)
+	}
+	if st.lim.TPM > 0 {
+		if !st.tok.Fits(c.Tokens) {
+			return 0, Tokens, false
+		}
+		if wt := st.tok.Wait(c.Tokens); st.lim.RPM == 0 || wt > w {
+			w, dim = wt, Tokens
+		}
+	}
+	return w, dim, true
+}
+
+// take removes c from both buckets (levels may go negative).
+func (st *keyState) take(c Cost) {
+	if st.lim.RPM > 0 {
+		st.req.Take(c.Requests)
+	}
+	if st.lim.TPM > 0 {
+		st.tok.Take(c.Tokens)
+	}
+}
+
+// give returns c to both buckets, capped at capacity.
+func (st *keyState) give(c Cost) {
+	if st.lim.RPM > 0 {
+		st.req.Give(c.Requests)
+	}
+	if st.lim.TPM > 0 {
+		st.tok.Give(c.Tokens)
+	}
+}
+
+// status reports the buckets as a client should see them (as of the last
+// advance).
+func (st *keyState) status() Status {
+	var s Status
+	if st.lim.RPM > 0 {
+		s.LimitRequests = st.req.Limit().Capacity
+		s.RemainingRequests = max(0, st.req.Tokens())
+		s.ResetRequests = st.req.TimeToFull()
+	}
+	if st.lim.TPM > 0 {
+		s.LimitTokens = st.tok.Limit().Capacity
+		s.RemainingTokens = max(0, st.tok.Tokens())
+		s.ResetTokens = st.tok.TimeToFull()
+	}
+	return s
+}
+
+// droppable reports whether the state carries no information at now and
+// may be dropped: standalone buckets full again, or a lease state holding
+// nothing.
+func (st *keyState) droppable(now bucket.Instant) bool {
+	if st.ls != nil {
+		// Fallback buckets are kept across flapping outages until they are
+		// full again, so that each outage does not restart with a burst.
+		fb := keyState{lim: st.ls.fbLim, req: st.req, tok: st.tok}
+		return st.ls.idle(now) && (!st.ls.fallback || fb.fullAt() <= now)
+	}
+	return st.fullAt() <= now
+}
+
+// fullAt returns the instant from which both buckets are full, so the
+// state carries no information and may be dropped.
+func (st *keyState) fullAt() bucket.Instant {
+	var at bucket.Instant = -1 << 63
+	if st.lim.RPM > 0 {
+		at = st.req.FullAt()
+	}
+	if st.lim.TPM > 0 {
+		at = max(at, st.tok.FullAt())
+	}
+	return at
+}

@@ -1,0 +1,177 @@
+package spender
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+)
+
+// LeaseSource is where a leased Limiter gets its budget: the allocator's
+// three calls, as the generated connect client and the allocator's own
+// service both provide them (see NewConnectSource for the network client;
+// the allocator package's service value is the in-process one). Calls are
+// made one at a time, each carrying (spender id, epoch, sequence); a call
+// that failed is retried with the same sequence and body until it is
+// answered, so the allocator applies it exactly once.
+type LeaseSource interface {
+	Acquire(context.Context, *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error)
+	ReserveAhead(context.Context, *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error)
+	Release(context.Context, *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error)
+}
+
+// FallbackPolicy says what a leased Limiter does for a key whose lease is
+// spent or expired while the allocator cannot be reached.
+type FallbackPolicy uint8
+
+const (
+	// FallbackShare admits from a local bucket pair at the key's last known
+	// share: its limits divided by the number of spenders the allocator
+	// last reported active on the key (or, for a key never seen, on any
+	// key). While every spender does this the shares sum to the limit.
+	// Admissions are reported to the allocator as debt on recovery.
+	FallbackShare FallbackPolicy = iota
+	// FailClosed rejects until the allocator answers again.
+	FailClosed
+	// FailOpen admits everything until the allocator answers again, and
+	// reports it as debt on recovery.
+	FailOpen
+)
+
+// String names the policy: "share", "closed" or "open".
+func (p FallbackPolicy) String() string {
+	switch p {
+	case FallbackShare:
+		return "share"
+	case FailClosed:
+		return "closed"
+	case FailOpen:
+		return "open"
+	}
+	return "unknown"
+}
+
+type leaseConfig struct {
+	src          LeaseSource
+	spenderID    string
+	epoch        uint64
+	slowDeadline time.Duration
+	window       time.Duration
+	horizon      time.Duration
+	tick         time.Duration
+	callTimeout  time.Duration
+	policy       FallbackPolicy
+	manual       bool
+	logger       *slog.Logger
+	metrics      *Metrics
+}
+
+func defaultLeaseConfig() leaseConfig {
+	return leaseConfig{
+		slowDeadline: 50 * time.Millisecond,
+		window:       time.Millisecond,
+		horizon:      2 * time.Second,
+		tick:         250 * time.Millisecond,
+		callTimeout:  2 * time.Second,
+		policy:       FallbackShare,
+	}
+}
+
+// WithLeases makes the Limiter spend leases from src instead of keeping
+// the whole budget in process: every key's budget is global, held by the
+// allocator, and this Limiter admits only what it was granted. The surface
+// (Reserve, ReserveAt, Settle, Cancel, Status, RejectError) is unchanged.
+// A leased Limiter runs a background goroutine; call Close to return its
+// leases and stop it.
+func WithLeases(src LeaseSource) Option {
+	return optionFunc(func(c *config) { c.lease.src = src })
+}
+
+// WithSpenderID names this spender to the allocator (1 to 128 bytes). The
+// default is the host name, the process id and a random suffix. Holdings
+// are tracked per spender id and epoch.
+func WithSpenderID(id string) Option {
+	return optionFunc(func(c *config) { c.lease.spenderID = id })
+}
+
+// WithEpoch sets the spender's incarnation number, which must grow across
+// restarts of the same spender id. The default, 0, means the construction
+// time in nanoseconds since the Unix epoch.
+func WithEpoch(epoch uint64) Option {
+	return optionFunc(func(c *config) { c.lease.epoch = epoch })
+}
+
+// WithSlowPathDeadline bounds how long a Reserve whose lease cannot cover
+// its cost waits for the allocator before the fallback policy decides. The
+// default is 50ms; d <= 0 keeps it.
+func WithSlowPathDeadline(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.lease.slowDeadline = d
+		}
+	})
+}
+
+// WithBatchWindow sets how long a background refresh waits for other keys
+// to join its Acquire call. A Reserve that is waiting skips the window.
+// The default is 1ms; d < 0 keeps it, 0 sends at once.
+func WithBatchWindow(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d >= 0 {
+			c.lease.window = d
+		}
+	})
+}
+
+// WithLeaseHorizon sets how much of a key's observed spend a lease should
+// cover: a refresh asks for spend rate × horizon. Longer means fewer
+// allocator calls per request and more budget parked at this spender. The
+// default is 2s; d <= 0 keeps it.
+func WithLeaseHorizon(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.lease.horizon = d
+		}
+	})
+}
+
+// WithMaintenanceInterval sets how often the background goroutine looks for
+// leases about to expire on idle keys (to return them), debts and returns
+// waiting to be sent, and a way out of fallback. The default is 250ms;
+// d <= 0 keeps it.
+func WithMaintenanceInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.lease.tick = d
+		}
+	})
+}
+
+// WithCallTimeout bounds one attempt of an allocator call; a timed-out
+// attempt is retried with backoff. The default is 2s; d <= 0 keeps it.
+func WithCallTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.lease.callTimeout = d
+		}
+	})
+}
+
+// WithFallback sets the policy for keys without a valid lease while the
+// allocator is unreachable. The default is FallbackShare.
+func WithFallback(p FallbackPolicy) Option {
+	return optionFunc(func(c *config) { c.lease.policy = p })
+}
+
+// WithLogger sets where a leased Limiter logs its transitions (into and out
+// of fallback, epoch changes, calls given up). The default discards.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.lease.logger = l })
+}
+
+// WithMetrics makes the Limiter record into m (see NewMetrics). The
+// default records nothing.
+func WithMetrics(m *Metrics) Option {
+	return optionFunc(func(c *config) { c.lease.metrics = m })
+}

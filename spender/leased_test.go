@@ -1,0 +1,382 @@
+package spender_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect/v2"
+	"go.uber.org/goleak"
+
+	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/internal/fakeclock"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/spender"
+)
+
+// newAllocator returns an in-process allocator (memory-only ledger) on clk.
+func newAllocator(t testing.TB, clk *fakeclock.Clock, opts ...allocator.Option) *allocator.Service {
+	t.Helper()
+	led, err := allocator.New(append([]allocator.Option{allocator.WithClock(clk)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	return allocator.NewService(led)
+}
+
+// newLeased returns a leased Limiter on src, closed at the end of the test.
+func newLeased(t testing.TB, clk spender.Clock, src spender.LeaseSource, opts ...spender.Option) *spender.Limiter {
+	t.Helper()
+	base := []spender.Option{spender.WithLeases(src), spender.WithBatchWindow(0), spender.WithSlowPathDeadline(5 * time.Second)}
+	l := spender.New(clk, append(base, opts...)...)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l.Close(ctx)
+	})
+	return l
+}
+
+// net is a LeaseSource between a spender and the allocator that can lose
+// replies (the call is applied, the answer lost) and be partitioned (the
+// call never arrives). It counts calls.
+type net struct {
+	src         spender.LeaseSource
+	partitioned atomic.Bool
+	loseEvery   atomic.Int64 // lose every n-th reply; 0 = none
+	calls       atomic.Int64 // attempts that reached the allocator
+	lost        atomic.Int64
+}
+
+var errPartition = connect.NewError(connect.CodeUnavailable, "partitioned")
+
+func (n *net) pass() error {
+	if n.partitioned.Load() {
+		return errPartition
+	}
+	return nil
+}
+
+func (n *net) lose() bool {
+	c := n.calls.Add(1)
+	if e := n.loseEvery.Load(); e > 0 && c%e == 0 {
+		n.lost.Add(1)
+		return true
+	}
+	return false
+}
+
+func (n *net) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	if err := n.pass(); err != nil {
+		return nil, err
+	}
+	resp, err := n.src.Acquire(ctx, r)
+	if err == nil && n.lose() {
+		return nil, connect.NewError(connect.CodeUnavailable, "reply lost")
+	}
+	return resp, err
+}
+
+func (n *net) ReserveAhead(ctx context.Context, r *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
+	if err := n.pass(); err != nil {
+		return nil, err
+	}
+	resp, err := n.src.ReserveAhead(ctx, r)
+	if err == nil && n.lose() {
+		return nil, connect.NewError(connect.CodeUnavailable, "reply lost")
+	}
+	return resp, err
+}
+
+func (n *net) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
+	if err := n.pass(); err != nil {
+		return nil, err
+	}
+	return n.src.Release(ctx, r)
+}
+
+// TestLeasedHandExample: with one spender and the in-process allocator the
+// seed 000 worked example holds to the digit: the spender asks for its
+// shortfall, so the allocator's wait is the exact global one.
+func TestLeasedHandExample(t *testing.T) {
+	clk := fakeclock.New()
+	l := newLeased(t, clk, newAllocator(t, clk))
+	lim := spender.Limits{RPM: 3, TPM: 1000}
+
+	r1 := mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 300})
+	if s := r1.Status(); s.RemainingRequests != 2 || s.RemainingTokens != 700 || s.ResetTokens != 18*time.Second {
+		t.Fatalf("step 1 status = %+v, want 2 requests, 700 tokens, reset 18s", s)
+	}
+	r1.Settle(spender.Cost{Requests: 1, Tokens: 120})
+
+	rej := mustReject(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 900})
+	if rej.RetryAfter != 1200*time.Millisecond || spender.RetryAfterSeconds(rej.RetryAfter) != 2 {
+		t.Fatalf("step 3 RetryAfter = %v, want 1.2s", rej.RetryAfter)
+	}
+	if rej.Status.RemainingTokens != 880 {
+		t.Fatalf("step 3 remaining tokens = %d, want 880", rej.Status.RemainingTokens)
+	}
+
+	clk.Advance(1200 * time.Millisecond)
+	r4 := mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 900})
+	if s := r4.Status(); s.RemainingTokens != 0 || s.RemainingRequests != 1 {
+		t.Fatalf("step 4 status = %+v, want 0 tokens and 1 request left", s)
+	}
+}
+
+// TestLeasedWaitModeSeedCases: wait mode on a leased Limiter goes to the
+// allocator's reserve-ahead and keeps the nine seed 002 answers.
+func TestLeasedWaitModeSeedCases(t *testing.T) {
+	runWaitModeCases(t, func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter {
+		return newLeased(t, clk, newAllocator(t, clk))
+	})
+}
+
+// TestLeasedHotPathStaysLocal: at steady state the allocator is called at
+// most once per hundred admissions.
+func TestLeasedHotPathStaysLocal(t *testing.T) {
+	clk := fakeclock.New()
+	n := &net{src: newAllocator(t, clk)}
+	l := newLeased(t, clk, n)
+	lim := spender.Limits{RPM: 60_000, TPM: 60_000_000} // 1000 requests a second
+	admitted := 0
+	for step := range 2000 { // 20 virtual seconds at 500 requests a second
+		for range 5 {
+			r, err := l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1, Tokens: 500})
+			if err != nil {
+				t.Fatalf("step %d: %v", step, err)
+			}
+			r.Settle(spender.Cost{Requests: 1, Tokens: 300})
+			admitted++
+		}
+		clk.Advance(10 * time.Millisecond)
+		if step == 500 {
+			n.calls.Store(0) // past the warm-up
+			admitted = 0
+		}
+	}
+	if ratio := float64(n.calls.Load()) / float64(admitted); ratio > 0.01 {
+		t.Fatalf("%d allocator calls for %d admissions (%.4f per request), want at most 0.01", n.calls.Load(), admitted, ratio)
+	}
+	t.Logf("%d allocator calls for %d admissions", n.calls.Load(), admitted)
+}
+
+// fleet drives several leased spenders on one virtual clock with traffic
+// split by weights, and records every admission.
+type fleet struct {
+	t      *testing.T
+	clk    *fakeclock.Clock
+	ls     []*spender.Limiter
+	nets   []*net
+	lim    spender.Limits
+	admits []admission
+}
+
+type admission struct {
+	at   time.Duration
+	cost int64
+}
+
+func newFleet(t *testing.T, n int, lim spender.Limits, allocOpts []allocator.Option, opts ...spender.Option) *fleet {
+	clk := fakeclock.New()
+	src := newAllocator(t, clk, allocOpts...)
+	f := &fleet{t: t, clk: clk, lim: lim}
+	for i := range n {
+		nt := &net{src: src}
+		f.nets = append(f.nets, nt)
+		f.ls = append(f.ls, newLeased(t, clk, nt, append([]spender.Option{spender.WithSpenderID("gw-" + string(rune('a'+i)))}, opts...)...))
+	}
+	return f
+}
+
+// run offers perStep requests per step (split by weights) for steps of dt.
+func (f *fleet) run(steps int, dt time.Duration, perStep int, weights []float64, cost spender.Cost) (admitted, rejected int) {
+	start := f.clk.Now()
+	acc := make([]float64, len(weights))
+	for range steps {
+		for i, w := range weights {
+			acc[i] += w * float64(perStep)
+			for acc[i] >= 1 {
+				acc[i]--
+				r, err := f.ls[i].Reserve(ctx, "shared-key", f.lim, cost)
+				if err != nil {
+					var rej *spender.RejectError
+					if !errors.As(err, &rej) {
+						f.t.Fatalf("spender %d: %v", i, err)
+					}
+					rejected++
+					continue
+				}
+				r.Settle(cost)
+				admitted++
+				f.admits = append(f.admits, admission{at: f.clk.Now().Sub(start), cost: cost.Requests})
+			}
+		}
+		f.clk.Advance(dt)
+	}
+	return admitted, rejected
+}
+
+// maxInWindow is the most admitted within any window of length w.
+func (f *fleet) maxInWindow(w time.Duration) int64 {
+	var best, sum int64
+	j := 0
+	for i := range f.admits {
+		sum += f.admits[i].cost
+		for f.admits[i].at-f.admits[j].at > w {
+			sum -= f.admits[j].cost
+			j++
+		}
+		best = max(best, sum)
+	}
+	return best
+}
+
+// TestLeasedSkewedFleetTracksTheLimit: three spenders, traffic 80/15/5 at
+// twice the limit: the fleet admits at least 97% of what the limit allows
+// and never more than the bound C + rho*(t + TTL) in any window.
+func TestLeasedSkewedFleetTracksTheLimit(t *testing.T) {
+	const rpm = 6000 // 100 a second
+	ttl := 2 * time.Second
+	f := newFleet(t, 3, spender.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
+	steps, dt := 3000, 20*time.Millisecond // one virtual minute
+	admitted, _ := f.run(steps, dt, 4, []float64{0.80, 0.15, 0.05}, spender.Cost{Requests: 1})
+	window := time.Duration(steps) * dt
+	allowed := rpm + rpm*window.Minutes() // C + rho*t
+	if frac := float64(admitted) / allowed; frac < 0.97 {
+		t.Fatalf("admitted %d of %.0f allowed (%.1f%%), want at least 97%%", admitted, allowed, 100*frac)
+	}
+	for _, w := range []time.Duration{0, 100 * time.Millisecond, time.Second, 10 * time.Second, window} {
+		bound := float64(rpm) + float64(rpm)*(w+ttl).Minutes()
+		if got := f.maxInWindow(w); float64(got) > bound {
+			t.Fatalf("admitted %d within %v, above the bound %.0f", got, w, bound)
+		}
+	}
+	t.Logf("admitted %d of %.0f allowed", admitted, allowed)
+}
+
+// TestLeasedLostRepliesNeverDoubleGrant: with every other reply lost, the
+// retried calls are answered from the allocator's record and the fleet
+// still never exceeds the bound.
+func TestLeasedLostRepliesNeverDoubleGrant(t *testing.T) {
+	const rpm = 600
+	ttl := time.Second
+	f := newFleet(t, 3, spender.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
+	for _, n := range f.nets {
+		n.loseEvery.Store(2)
+	}
+	f.run(1000, 10*time.Millisecond, 3, []float64{0.5, 0.3, 0.2}, spender.Cost{Requests: 1})
+	lost := int64(0)
+	for _, n := range f.nets {
+		lost += n.lost.Load()
+	}
+	if lost == 0 {
+		t.Fatal("no reply was lost: the test tested nothing")
+	}
+	for _, w := range []time.Duration{0, time.Second, 5 * time.Second} {
+		bound := float64(rpm) + float64(rpm)*(w+ttl).Minutes()
+		if got := f.maxInWindow(w); float64(got) > bound {
+			t.Fatalf("admitted %d within %v with %d lost replies, above the bound %.0f", got, w, lost, bound)
+		}
+	}
+}
+
+// TestLeasedOutageFallsBackAndRecovers: during a partition a spender spends
+// its valid lease, then admits at its share of the limit (limit / active
+// spenders) and reports those admissions as debt when the allocator is back.
+func TestLeasedOutageFallsBackAndRecovers(t *testing.T) {
+	const rpm = 600 // 10 a second
+	ttl := time.Second
+	f := newFleet(t, 2, spender.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
+	one := spender.Cost{Requests: 1}
+	f.run(500, 10*time.Millisecond, 2, []float64{0.5, 0.5}, one) // both active; leases in place
+
+	for _, n := range f.nets {
+		n.partitioned.Store(true)
+	}
+	// Over 30 s of outage each spender may admit its share: 300/min capacity
+	// at the start plus 5 a second.
+	admitted, _ := f.run(3000, 10*time.Millisecond, 2, []float64{0.5, 0.5}, one)
+	share := float64(rpm/2) + float64(rpm/2)*0.5 // C/N + rho/N * 30 s, per spender
+	if float64(admitted) > 2*share+2*float64(rpm) /* valid leases at the cut */ {
+		t.Fatalf("admitted %d during the outage, above two shares (%.0f) plus leases", admitted, 2*share)
+	}
+	if float64(admitted) < 0.9*2*float64(rpm/2)*0.5 {
+		t.Fatalf("admitted only %d during the outage: the share policy did not admit", admitted)
+	}
+
+	for _, n := range f.nets {
+		n.partitioned.Store(false)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for _, l := range f.ls {
+		if err := l.Flush(fctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The debt reached the allocator: the key's global bucket is in debt,
+	// so a fresh spender gets nothing now.
+	fresh := newLeased(t, f.clk, f.nets[0].src)
+	if _, err := fresh.Reserve(ctx, "shared-key", f.lim, one); !errors.Is(err, spender.ErrRateLimited) {
+		t.Fatalf("after recovery a fresh spender got %v; want a rejection (the fallback admissions were charged)", err)
+	}
+}
+
+// TestLeasedFailClosedAndOpen: the two other policies.
+func TestLeasedFailClosedAndOpen(t *testing.T) {
+	for _, tc := range []struct {
+		policy spender.FallbackPolicy
+		admit  bool
+	}{{spender.FailClosed, false}, {spender.FailOpen, true}} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			clk := fakeclock.New()
+			n := &net{src: newAllocator(t, clk)}
+			n.partitioned.Store(true)
+			l := newLeased(t, clk, n, spender.WithFallback(tc.policy), spender.WithSlowPathDeadline(20*time.Millisecond))
+			lim := spender.Limits{RPM: 10}
+			for i := range 50 {
+				_, err := l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1})
+				if (err == nil) != tc.admit {
+					t.Fatalf("request %d under %v: %v", i, tc.policy, err)
+				}
+			}
+		})
+	}
+}
+
+// TestLeasedCloseReturnsLeases: Close gives the unspent lease back, so
+// another spender can use the whole budget at once; no goroutine leaks.
+func TestLeasedCloseReturnsLeases(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	clk := fakeclock.New()
+	src := newAllocator(t, clk)
+	lim := spender.Limits{RPM: 100}
+	a := spender.New(clk, spender.WithLeases(src), spender.WithBatchWindow(0))
+	mustReserve(t, a, "k", lim, spender.Cost{Requests: 1}).Settle(spender.Cost{Requests: 1})
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := spender.New(clk, spender.WithLeases(src), spender.WithBatchWindow(0))
+	defer b.Close(ctx)
+	var wg sync.WaitGroup
+	var got atomic.Int64
+	for range 99 {
+		wg.Go(func() {
+			if _, err := b.Reserve(ctx, "k", lim, spender.Cost{Requests: 1}); err == nil {
+				got.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got.Load() != 99 {
+		t.Fatalf("the second spender admitted %d of the 99 left; want all (the first returned its lease)", got.Load())
+	}
+	if _, err := b.Reserve(ctx, "k", lim, spender.Cost{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
+		t.Fatalf("101st request: %v, want rate limited", err)
+	}
+}

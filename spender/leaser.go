@@ -1,0 +1,620 @@
+package spender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect/v2"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/rationhq/ration/bucket"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+)
+
+// maxBatch is the most keys one call carries (the protocol's limit).
+const maxBatch = 1024
+
+// leaser is a leased Limiter's link to the allocator: one goroutine that
+// makes every call, one at a time, each with (spender id, epoch, sequence),
+// retrying a failed call with the same sequence and body until it is
+// answered, so the allocator applies it exactly once.
+type leaser struct {
+	l   *Limiter
+	cfg leaseConfig
+	log *slog.Logger
+	id  string
+
+	// Touched only by the run goroutine.
+	epoch uint64
+	seq   uint64
+
+	mu      sync.Mutex // guards the fields below
+	queue   []*keyState
+	urgent  bool
+	aheads  []*aheadJob
+	flushes []chan struct{}
+	closing bool
+
+	wake   chan struct{} // capacity 1: something was queued
+	stop   chan struct{} // closed by Close
+	done   chan struct{} // closed when run returns
+	closed sync.Once
+
+	fallback  atomic.Bool  // the allocator is unreachable
+	rtt       atomic.Int64 // smoothed call latency, nanoseconds
+	maxActive atomic.Uint32
+	sf        singleflight.Group
+}
+
+// aheadJob is a ReserveAt waiting for the allocator's reserve-ahead.
+type aheadJob struct {
+	st      *keyState
+	lim     Limits
+	cost    Cost
+	maxWait time.Duration
+	res     chan aheadResult // capacity 1
+}
+
+type aheadResult struct {
+	r    *leasev1.KeyReservation
+	recv time.Time
+	ttl  time.Duration
+	err  error
+}
+
+func newLeaser(l *Limiter, cfg leaseConfig) *leaser {
+	lz := &leaser{
+		l:     l,
+		cfg:   cfg,
+		log:   cfg.logger,
+		id:    cfg.spenderID,
+		epoch: cfg.epoch,
+		wake:  make(chan struct{}, 1),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	if lz.log == nil {
+		lz.log = slog.New(slog.DiscardHandler)
+	}
+	if lz.id == "" {
+		host, _ := os.Hostname()
+		lz.id = fmt.Sprintf("%s/%d/%08x", host, os.Getpid(), rand.Uint32())
+		if len(lz.id) > 128 {
+			lz.id = lz.id[len(lz.id)-128:]
+		}
+	}
+	if lz.epoch == 0 {
+		lz.epoch = uint64(time.Now().UnixNano())
+	}
+	lz.rtt.Store(int64(time.Millisecond))
+	if !cfg.manual {
+		go lz.run()
+	}
+	return lz
+}
+
+// enqueueLocked puts st in the next Acquire (the caller holds st's shard
+// lock). An urgent key skips the batching window.
+func (lz *leaser) enqueueLocked(st *keyState, urgent bool) {
+	ls := st.ls
+	if ls.queued {
+		if urgent {
+			lz.mu.Lock()
+			lz.urgent = true
+			lz.mu.Unlock()
+			lz.poke()
+		}
+		return
+	}
+	ls.queued = true
+	lz.mu.Lock()
+	lz.queue = append(lz.queue, st)
+	lz.urgent = lz.urgent || urgent
+	lz.mu.Unlock()
+	lz.poke()
+}
+
+func (lz *leaser) poke() {
+	if lz.cfg.manual {
+		return
+	}
+	select {
+	case lz.wake <- struct{}{}:
+	default:
+	}
+}
+
+// lead is how long before a lease runs out a refresh should start.
+func (lz *leaser) lead() time.Duration {
+	return 2*time.Duration(lz.rtt.Load()) + lz.cfg.window + 5*time.Millisecond
+}
+
+func (lz *leaser) run() {
+	defer close(lz.done)
+	tick := time.NewTicker(lz.cfg.tick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-lz.stop:
+			return
+		case <-tick.C:
+			lz.maintain(false)
+		case <-lz.wake:
+		}
+		lz.mu.Lock()
+		urgent := lz.urgent
+		lz.mu.Unlock()
+		if !urgent && lz.cfg.window > 0 {
+			t := time.NewTimer(lz.cfg.window)
+			select {
+			case <-lz.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		lz.round()
+	}
+}
+
+// round sends what is queued: one Acquire per batch of keys, then one
+// ReserveAhead for the waiting ReserveAt calls, then releases Flush callers.
+func (lz *leaser) round() {
+	lz.mu.Lock()
+	keys, aheads, flushes := lz.queue, lz.aheads, lz.flushes
+	lz.queue, lz.aheads, lz.flushes, lz.urgent = nil, nil, nil, false
+	lz.mu.Unlock()
+	for len(keys) > 0 {
+		n := min(len(keys), maxBatch)
+		lz.acquire(keys[:n])
+		keys = keys[n:]
+	}
+	for len(aheads) > 0 {
+		n := min(len(aheads), maxBatch)
+		lz.reserveAhead(aheads[:n])
+		aheads = aheads[n:]
+	}
+	for _, f := range flushes {
+		close(f)
+	}
+}
+
+// acquireCall is one Acquire being sent: its body, the keys it carries
+// and the channels of the Reserves waiting on them.
+type acquireCall struct {
+	req   *leasev1.AcquireRequest
+	keys  []*keyState
+	waits []chan struct{}
+	sent  bucket.Instant // first send: leases are counted from here
+	start time.Time      // first send, on the real clock (for the deadline)
+	fails int
+}
+
+// acquire builds one Acquire for keys, sends it until answered and applies
+// the answer. Waiters on a key are woken when it is answered, or when the
+// allocator is declared unreachable (they then follow the fallback policy).
+func (lz *leaser) acquire(keys []*keyState) {
+	c := lz.buildAcquire(keys)
+	var resp *leasev1.AcquireResponse
+	err := lz.call("Acquire", c.wake, func(ctx context.Context, caller *leasev1.Caller) error {
+		c.req.Caller = caller
+		var err error
+		resp, err = lz.cfg.src.Acquire(ctx, c.req)
+		return checkAnswer(len(c.req.GetKeys()), len(resp.GetKeys()), err)
+	})
+	lz.finishAcquire(c, resp, err)
+}
+
+func checkAnswer(asked, got int, err error) error {
+	if err == nil && asked != got {
+		return fmt.Errorf("spender: the allocator answered %d keys for %d", got, asked)
+	}
+	return err
+}
+
+// buildAcquire takes keys' reports and needs into one call body. What goes
+// into the body (returns, debts) leaves the keys: it is delivered exactly
+// once, with the answer.
+func (lz *leaser) buildAcquire(keys []*keyState) *acquireCall {
+	inst := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
+	c := &acquireCall{req: &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))},
+		keys: keys, waits: make([]chan struct{}, len(keys)), sent: inst, start: time.Now()}
+	for i, st := range keys {
+		sh := st.sh
+		sh.mu.Lock()
+		ls := st.ls
+		ls.valid(inst)
+		ls.updateRate(inst)
+		held := add(ls.avail, ls.outstanding)
+		c.req.Keys = append(c.req.Keys, &leasev1.KeyAcquire{
+			Key:       st.key,
+			Limits:    toLimits(st.lim),
+			Want:      toAmount(ls.want(st.lim, lz.cfg.horizon)),
+			Need:      toAmount(ls.need(st.lim)),
+			SpendRate: &leasev1.Amount{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)},
+			Returned:  toAmount(ls.ret),
+			Held:      toAmount(Cost{Requests: max(0, held.Requests), Tokens: max(0, held.Tokens)}),
+			Debt:      toAmount(ls.debt),
+		})
+		ls.ret, ls.debt, ls.waitMax, ls.waitSum = Cost{}, Cost{}, Cost{}, Cost{}
+		ls.queued, ls.inCall = false, true
+		c.waits[i] = ls.wait
+		ls.wait = nil
+		sh.mu.Unlock()
+	}
+	return c
+}
+
+// wake releases the Reserves waiting on the call's keys, once.
+func (c *acquireCall) wake() {
+	for i, w := range c.waits {
+		if w != nil {
+			close(w)
+			c.waits[i] = nil
+		}
+	}
+}
+
+// finishAcquire applies the answer to c (or, with err, only ends the call)
+// and wakes its waiters.
+func (lz *leaser) finishAcquire(c *acquireCall, resp *leasev1.AcquireResponse, err error) {
+	recv := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
+	expiry := c.sent.Add(time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond)
+	for i, st := range c.keys {
+		sh := st.sh
+		sh.mu.Lock()
+		st.ls.inCall = false
+		if err == nil {
+			lz.applyGrant(st, fromAmount(c.req.GetKeys()[i].GetNeed()), resp.GetKeys()[i], expiry, recv)
+		}
+		sh.mu.Unlock()
+	}
+	c.wake()
+}
+
+// applyGrant applies one key's answer (the caller holds the shard lock).
+func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expiry, recv bucket.Instant) {
+	ls := st.ls
+	ls.hasPending = false
+	ls.expiry = expiry
+	if recv >= expiry {
+		ls.avail = Cost{} // the answer came too late to spend anything
+	}
+	ls.tooLarge = false
+	switch g.GetStatus() {
+	case leasev1.GrantStatus_GRANT_STATUS_OK:
+		if recv < expiry {
+			ls.avail = add(ls.avail, limitedPart(st.lim, fromAmount(g.GetGranted())))
+		}
+		ls.notBefore = 0
+	case leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED:
+		ls.notBefore = recv.Add(time.Duration(g.GetRetryAfterUs()) * time.Microsecond)
+		ls.shortDim = shortDim(st.lim, need, g.GetSnapshot())
+	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
+		ls.tooLarge = true
+	}
+	if g.GetSnapshot() != nil {
+		ls.snap, ls.snapAt, ls.spentSince = g.GetSnapshot(), recv, Cost{}
+	}
+	if a := g.GetActiveSpenders(); a > 0 {
+		ls.active = a
+		if a > lz.maxActive.Load() {
+			lz.maxActive.Store(a)
+		}
+	}
+	if m := lz.cfg.metrics; m != nil {
+		r := fromAmount(g.GetReturned())
+		m.returnedRequests.Add(float64(r.Requests))
+		m.returnedTokens.Add(float64(r.Tokens))
+	}
+	ls.fallbackSinceCalls = false
+}
+
+// shortDim is the dimension whose global bucket falls short of need,
+// tokens when both or neither do.
+func shortDim(lim Limits, need Cost, sn *leasev1.Snapshot) Dimension {
+	if lim.RPM > 0 && need.Requests > sn.GetRequests().GetRemaining() &&
+		(lim.TPM == 0 || need.Tokens <= sn.GetTokens().GetRemaining()) {
+		return Requests
+	}
+	return Tokens
+}
+
+// reserveAhead sends one ReserveAhead for jobs and hands each its answer.
+func (lz *leaser) reserveAhead(jobs []*aheadJob) {
+	req := &leasev1.ReserveAheadRequest{Keys: make([]*leasev1.KeyReserve, len(jobs))}
+	for i, j := range jobs {
+		req.Keys[i] = &leasev1.KeyReserve{Key: j.st.key, Limits: toLimits(j.lim), Cost: toAmount(limitedPart(j.lim, j.cost)),
+			MaxWaitUs: int64(j.maxWait / time.Microsecond)}
+	}
+	var resp *leasev1.ReserveAheadResponse
+	failed := false
+	err := lz.call("ReserveAhead", func() {
+		// At the first failure the waiting callers fall back; a later
+		// success cannot be handed to them, so it is given back instead.
+		if !failed {
+			failed = true
+			for _, j := range jobs {
+				j.res <- aheadResult{err: errUnreachable}
+			}
+		}
+	}, func(ctx context.Context, c *leasev1.Caller) error {
+		req.Caller = c
+		var err error
+		resp, err = lz.cfg.src.ReserveAhead(ctx, req)
+		return checkAnswer(len(req.GetKeys()), len(resp.GetKeys()), err)
+	})
+	recv := lz.l.clock.Now()
+	if failed {
+		if err == nil {
+			lz.returnOrphans(jobs, resp)
+		}
+		return
+	}
+	for i, j := range jobs {
+		if err != nil {
+			j.res <- aheadResult{err: err}
+			continue
+		}
+		j.res <- aheadResult{r: resp.GetKeys()[i], recv: recv, ttl: time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond}
+	}
+}
+
+// returnOrphans gives back reservations made for callers that stopped
+// waiting: they are returned on the key's next Acquire.
+func (lz *leaser) returnOrphans(jobs []*aheadJob, resp *leasev1.ReserveAheadResponse) {
+	for i, j := range jobs {
+		if resp.GetKeys()[i].GetStatus() != leasev1.GrantStatus_GRANT_STATUS_OK {
+			continue
+		}
+		sh := j.st.sh
+		sh.mu.Lock()
+		j.st.ls.ret = add(j.st.ls.ret, limitedPart(j.lim, j.cost))
+		lz.enqueueLocked(j.st, false)
+		sh.mu.Unlock()
+	}
+}
+
+var errUnreachable = errors.New("spender: allocator unreachable")
+
+// call makes one allocator call, retrying with backoff and jitter until it
+// is answered or the Limiter closes. onFail runs after the first failed
+// attempt. A stale epoch or sequence moves to a new epoch and resends the
+// same body; a rejected argument is not retried.
+func (lz *leaser) call(method string, onFail func(), do func(context.Context, *leasev1.Caller) error) error {
+	lz.seq++
+	backoff := 10 * time.Millisecond
+	stale, fails := 0, 0
+	first := time.Now()
+	for {
+		caller := &leasev1.Caller{SpenderId: lz.id, Epoch: lz.epoch, Sequence: lz.seq}
+		ctx, cancel := context.WithTimeout(context.Background(), lz.cfg.callTimeout)
+		start := time.Now()
+		err := do(ctx, caller)
+		cancel()
+		if m := lz.cfg.metrics; m != nil {
+			result := "ok"
+			if err != nil {
+				result = "error"
+			}
+			m.calls.WithLabelValues(method, result).Inc()
+			if err == nil {
+				m.callSeconds.WithLabelValues(method).Observe(time.Since(start).Seconds())
+			}
+		}
+		if err == nil {
+			d := time.Since(start)
+			lz.rtt.Store((lz.rtt.Load()*7 + int64(d)) / 8)
+			lz.setFallback(false, nil)
+			return nil
+		}
+		switch connect.CodeOf(err) {
+		case connect.CodeInvalidArgument:
+			lz.log.Error("spender: allocator rejected a call; not retrying", "method", method, "err", err)
+			onFail()
+			return err
+		case connect.CodeFailedPrecondition:
+			// Our epoch or sequence is stale (another incarnation with our
+			// id, or the allocator lost our session's tail): start a new
+			// epoch. Holdings of the old one simply expire.
+			if stale++; stale > 3 {
+				lz.log.Error("spender: allocator keeps refusing our epoch; giving up the call", "method", method, "err", err)
+				onFail()
+				return err
+			}
+			lz.epoch = max(lz.epoch+1, uint64(time.Now().UnixNano()))
+			lz.seq = 1
+			lz.log.Warn("spender: allocator refused our epoch or sequence; starting a new epoch", "method", method, "epoch", lz.epoch, "err", err)
+			continue
+		}
+		// One lost reply is not an outage: the retry usually answers within
+		// the slow-path deadline. Declare the allocator unreachable (and
+		// let waiters fall back) after three failed attempts or once the
+		// call has been failing for longer than the deadline.
+		if fails++; fails >= 3 || time.Since(first) >= lz.cfg.slowDeadline {
+			onFail()
+			lz.setFallback(true, err)
+		}
+		jitter := time.Duration(rand.Int64N(int64(backoff)/2 + 1))
+		t := time.NewTimer(backoff/2 + jitter)
+		select {
+		case <-lz.stop:
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// setFallback records whether the allocator is reachable, logging and
+// counting each switch once.
+func (lz *leaser) setFallback(on bool, err error) {
+	if lz.fallback.Swap(on) == on {
+		return
+	}
+	if m := lz.cfg.metrics; m != nil {
+		v := 0.0
+		if on {
+			v = 1
+		}
+		m.fallback.Set(v)
+	}
+	if on {
+		lz.log.Warn("spender: allocator unreachable; spending valid leases, then falling back", "policy", lz.cfg.policy.String(), "err", err)
+	} else {
+		lz.log.Info("spender: allocator reachable again; fallback admissions are reported as debt")
+	}
+}
+
+// maintain scans every key: a lease about to expire is renewed for a key in
+// use and given back for an idle one; debts and returns waiting on an idle
+// key are sent. With force, every key with anything to report is sent.
+func (lz *leaser) maintain(force bool) {
+	now := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
+	soon := now.Add(2*lz.cfg.tick + lz.lead())
+	var held int
+	for i := range lz.l.shards {
+		sh := &lz.l.shards[i]
+		sh.mu.Lock()
+		held += sh.n
+		for _, head := range sh.keys {
+			for st := head; st != nil; st = st.next {
+				ls := st.ls
+				if ls == nil || ls.queued {
+					continue
+				}
+				ls.valid(now)
+				send := force && (ls.debt != Cost{} || ls.ret != Cost{} || ls.avail != Cost{})
+				if ls.avail != (Cost{}) && ls.expiry <= soon {
+					if now.Sub(ls.lastUse) > lz.cfg.horizon {
+						ls.ret = add(ls.ret, ls.avail) // idle: give it back before it is lost
+						ls.avail = Cost{}
+					}
+					send = true
+				}
+				if ls.debt != (Cost{}) || ls.ret != (Cost{}) {
+					send = send || now.Sub(ls.lastUse) > lz.cfg.tick || lz.fallback.Load()
+				}
+				if send {
+					lz.enqueueLocked(st, false)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	if m := lz.cfg.metrics; m != nil {
+		m.keysHeld.Set(float64(held))
+	}
+}
+
+// flush sends everything waiting to be reported and waits for the answer.
+func (lz *leaser) flush(ctx context.Context) error {
+	lz.maintain(true)
+	ch := make(chan struct{})
+	lz.mu.Lock()
+	if lz.closing {
+		lz.mu.Unlock()
+		return ErrClosed
+	}
+	lz.flushes = append(lz.flushes, ch)
+	lz.urgent = true
+	lz.mu.Unlock()
+	lz.poke()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-lz.done:
+		return ErrClosed
+	}
+}
+
+// close stops the goroutine and gives back every unspent lease.
+func (lz *leaser) close(ctx context.Context) error {
+	first := false
+	lz.closed.Do(func() {
+		first = true
+		lz.mu.Lock()
+		lz.closing = true
+		lz.mu.Unlock()
+		close(lz.stop)
+		if lz.cfg.manual {
+			close(lz.done)
+		}
+	})
+	select {
+	case <-lz.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !first {
+		return nil
+	}
+	return lz.release(ctx)
+}
+
+// release sends one Release with every key's unspent lease and debt.
+func (lz *leaser) release(ctx context.Context) error {
+	now := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
+	req := &leasev1.ReleaseRequest{}
+	for i := range lz.l.shards {
+		sh := &lz.l.shards[i]
+		sh.mu.Lock()
+		for _, head := range sh.keys {
+			for st := head; st != nil; st = st.next {
+				ls := st.ls
+				if ls == nil {
+					continue
+				}
+				ls.valid(now)
+				ret := add(ls.ret, ls.avail)
+				if ret == (Cost{}) && ls.debt == (Cost{}) {
+					continue
+				}
+				req.Keys = append(req.Keys, &leasev1.KeyRelease{Key: st.key, Limits: toLimits(st.lim),
+					Returned: toAmount(ret), Debt: toAmount(ls.debt)})
+				ls.avail, ls.ret, ls.debt = Cost{}, Cost{}, Cost{}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	lz.seq++
+	backoff := 10 * time.Millisecond
+	for {
+		c := &leasev1.Caller{SpenderId: lz.id, Epoch: lz.epoch, Sequence: lz.seq}
+		req.Caller = c
+		cctx, cancel := context.WithTimeout(ctx, lz.cfg.callTimeout)
+		_, err := lz.cfg.src.Release(cctx, req)
+		cancel()
+		if m := lz.cfg.metrics; m != nil {
+			result := "ok"
+			if err != nil {
+				result = "error"
+			}
+			m.calls.WithLabelValues("Release", result).Inc()
+		}
+		if err == nil || connect.CodeOf(err) == connect.CodeInvalidArgument || connect.CodeOf(err) == connect.CodeFailedPrecondition {
+			if err != nil {
+				return fmt.Errorf("spender: releasing leases: %w", err)
+			}
+			return nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("spender: releasing leases: %w (last error: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}

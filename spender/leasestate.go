@@ -1,0 +1,227 @@
+package spender
+
+import (
+	"time"
+
+	"github.com/rationhq/ration/bucket"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+)
+
+// leaseState is one key's share of its global budget in a leased Limiter.
+// It is guarded by the key's shard mutex. Only limited dimensions are
+// tracked; an unlimited one is never short.
+type leaseState struct {
+	avail       Cost           // granted and unspent; spendable while now < expiry
+	expiry      bucket.Instant // when avail stops being spendable
+	outstanding Cost           // admitted and not yet settled (counted as held)
+	debt        Cost           // spent beyond any grant, not yet reported
+	ret         Cost           // to give back on the next call
+
+	notBefore bucket.Instant // after NOT_COVERED: answer locally until then
+	shortDim  Dimension      // the dimension that was short then
+	tooLarge  bool           // the allocator said the last need can never fit
+
+	queued     bool           // waiting for the next Acquire
+	inCall     bool           // in the Acquire being sent
+	waitMax    Cost           // the largest cost a blocked Reserve waits for
+	waitSum    Cost           // the sum of the costs blocked Reserves wait for
+	wait       chan struct{}  // closed when the next Acquire carrying this key ends
+	pending    bucket.Instant // manual leasing: when a Reserve first waited
+	hasPending bool           // manual leasing: a Reserve is waiting
+
+	// The key's global state as of the last answer, for headers.
+	snap       *leasev1.Snapshot
+	snapAt     bucket.Instant
+	spentSince Cost   // spent locally since snapAt
+	active     uint32 // spenders holding a lease on the key, per the allocator
+
+	// Spend rate, estimated at each call from spentTotal.
+	spentTotal         Cost
+	rateBase           Cost
+	rateAt             bucket.Instant
+	rateReq, rateTok   float64 // per second
+	lastCost           Cost
+	lastUse            bucket.Instant
+	fallback           bool   // fallback buckets (keyState.req/tok) are at fbLim
+	fbLim              Limits // the share the fallback buckets were made for
+	fallbackSinceCalls bool   // admitted in fallback since the last successful call
+}
+
+// valid reports whether the lease may be spent at now, dropping it if not:
+// budget from an expired lease is never spent (invariant 1).
+func (ls *leaseState) valid(now bucket.Instant) bool {
+	if now < ls.expiry {
+		return true
+	}
+	ls.avail = Cost{}
+	return false
+}
+
+// covers reports whether the lease covers c in every limited dimension.
+func (ls *leaseState) covers(lim Limits, c Cost) bool {
+	return (lim.RPM == 0 || ls.avail.Requests >= c.Requests) && (lim.TPM == 0 || ls.avail.Tokens >= c.Tokens)
+}
+
+// spend moves c from the lease to outstanding and records it.
+func (ls *leaseState) spend(lim Limits, c Cost, now bucket.Instant) {
+	c = limitedPart(lim, c)
+	ls.avail = sub(ls.avail, c)
+	ls.outstanding = add(ls.outstanding, c)
+	ls.record(c, now)
+}
+
+// record counts c as spent now, for the rate estimate and the headers.
+func (ls *leaseState) record(c Cost, now bucket.Instant) {
+	ls.spentTotal = add(ls.spentTotal, c)
+	ls.spentSince = add(ls.spentSince, c)
+	ls.lastCost = c
+	ls.lastUse = now
+}
+
+// settle applies a reservation's actual usage: a refund goes back into a
+// valid lease (or is lost with an expired one: returns cannot mint), an
+// overrun is taken from the lease and the rest becomes debt.
+func (ls *leaseState) settle(lim Limits, reserved, actual Cost, now bucket.Instant) {
+	reserved, actual = limitedPart(lim, reserved), limitedPart(lim, actual)
+	ls.outstanding = sub(ls.outstanding, reserved)
+	ls.outstanding = Cost{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
+	ls.spentSince = add(ls.spentSince, sub(actual, reserved))
+	ls.spentTotal = add(ls.spentTotal, sub(actual, reserved))
+	valid := ls.valid(now)
+	adjust := func(avail, debt *int64, r, a int64) {
+		switch {
+		case r > a && valid:
+			*avail += r - a
+		case a > r:
+			over := a - r
+			if valid {
+				take := min(over, max(0, *avail))
+				*avail -= take
+				over -= take
+			}
+			*debt += over
+		}
+	}
+	adjust(&ls.avail.Requests, &ls.debt.Requests, reserved.Requests, actual.Requests)
+	adjust(&ls.avail.Tokens, &ls.debt.Tokens, reserved.Tokens, actual.Tokens)
+}
+
+// updateRate refreshes the spend-rate estimate at now (an exponentially
+// weighted average of the rate between calls).
+func (ls *leaseState) updateRate(now bucket.Instant) {
+	if ls.rateAt == 0 {
+		ls.rateAt, ls.rateBase = now, ls.spentTotal
+		return
+	}
+	dt := now.Sub(ls.rateAt).Seconds()
+	if dt < 0.05 {
+		return
+	}
+	d := sub(ls.spentTotal, ls.rateBase)
+	r, t := float64(d.Requests)/dt, float64(d.Tokens)/dt
+	if ls.rateReq == 0 && ls.rateTok == 0 {
+		ls.rateReq, ls.rateTok = r, t
+	} else {
+		ls.rateReq, ls.rateTok = 0.5*ls.rateReq+0.5*r, 0.5*ls.rateTok+0.5*t
+	}
+	ls.rateAt, ls.rateBase = now, ls.spentTotal
+}
+
+// need is the least grant worth having for the blocked Reserves: the
+// largest one's shortfall against the lease as it is now (so the wait the
+// allocator names is the exact global one).
+func (ls *leaseState) need(lim Limits) Cost {
+	return limitedPart(lim, Cost{Requests: max(0, ls.waitMax.Requests-ls.avail.Requests), Tokens: max(0, ls.waitMax.Tokens-ls.avail.Tokens)})
+}
+
+// want is what to ask for on top of the lease: spend rate × horizon plus
+// what the blocked Reserves wait for (a few requests' worth while the rate
+// is unknown), at least the need.
+func (ls *leaseState) want(lim Limits, horizon time.Duration) Cost {
+	h := horizon.Seconds()
+	target := Cost{Requests: int64(ls.rateReq * h), Tokens: int64(ls.rateTok * h)}
+	if ls.rateReq == 0 && ls.rateTok == 0 {
+		target = Cost{Requests: 4 * max(1, ls.lastCost.Requests), Tokens: 4 * ls.lastCost.Tokens}
+	}
+	target = add(target, ls.waitSum)
+	need := ls.need(lim)
+	w := Cost{Requests: max(0, target.Requests-ls.avail.Requests), Tokens: max(0, target.Tokens-ls.avail.Tokens)}
+	w = Cost{Requests: max(w.Requests, need.Requests), Tokens: max(w.Tokens, need.Tokens)}
+	return limitedPart(lim, w)
+}
+
+// low reports whether the lease has fallen below its low watermark: what
+// the key spends in lead time, plus the last request's cost.
+func (ls *leaseState) low(lim Limits, lead time.Duration) bool {
+	s := lead.Seconds()
+	return (lim.RPM > 0 && float64(ls.avail.Requests) < ls.rateReq*s+float64(ls.lastCost.Requests)) ||
+		(lim.TPM > 0 && float64(ls.avail.Tokens) < ls.rateTok*s+float64(ls.lastCost.Tokens))
+}
+
+// idle reports whether the state holds nothing and may be dropped.
+func (ls *leaseState) idle(now bucket.Instant) bool {
+	ls.valid(now)
+	return ls.avail == Cost{} && ls.outstanding == Cost{} && ls.debt == Cost{} && ls.ret == Cost{} &&
+		!ls.queued && !ls.inCall && ls.notBefore <= now && now.Sub(ls.lastUse) > time.Minute
+}
+
+// status estimates the key's global budget for headers: the global bucket
+// as of the last answer, refilled since at the key's rate, plus what this
+// lease still holds (which the global bucket already counts as taken);
+// and the time the bucket needs to be full again from there. With one
+// spender this is exact; with several, other spenders' unspent leases and
+// spending since the last answer are not seen.
+func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
+	var s Status
+	dim := func(rate, burst int64, snap *leasev1.DimSnapshot, avail int64) (limit, remaining int64, reset time.Duration) {
+		limit = capacityOf(rate, burst)
+		remaining = max(0, avail)
+		if snap != nil {
+			age := now.Sub(ls.snapAt)
+			refill := int64(float64(rate) * age.Minutes())
+			remaining += min(limit, max(0, snap.GetRemaining())+max(0, refill))
+		}
+		remaining = min(limit, remaining)
+		reset = time.Duration(float64(limit-remaining) / float64(rate) * float64(time.Minute))
+		return limit, remaining, reset.Round(time.Millisecond)
+	}
+	if lim.RPM > 0 {
+		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, lim.BurstRequests, ls.snap.GetRequests(), ls.avail.Requests)
+	}
+	if lim.TPM > 0 {
+		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, lim.BurstTokens, ls.snap.GetTokens(), ls.avail.Tokens)
+	}
+	return s
+}
+
+// capacityOf is a dimension's bucket capacity: the burst, or the rate.
+func capacityOf(rate, burst int64) int64 {
+	if burst > 0 {
+		return burst
+	}
+	return rate
+}
+
+// limitedPart zeroes the dimensions of c that lim leaves unlimited.
+func limitedPart(lim Limits, c Cost) Cost {
+	if lim.RPM == 0 {
+		c.Requests = 0
+	}
+	if lim.TPM == 0 {
+		c.Tokens = 0
+	}
+	return c
+}
+
+func add(a, b Cost) Cost { return Cost{Requests: a.Requests + b.Requests, Tokens: a.Tokens + b.Tokens} }
+func sub(a, b Cost) Cost { return Cost{Requests: a.Requests - b.Requests, Tokens: a.Tokens - b.Tokens} }
+
+func toAmount(c Cost) *leasev1.Amount { return &leasev1.Amount{Requests: c.Requests, Tokens: c.Tokens} }
+
+func fromAmount(a *leasev1.Amount) Cost {
+	return Cost{Requests: a.GetRequests(), Tokens: a.GetTokens()}
+}
+
+func toLimits(l Limits) *leasev1.Limits {
+	return &leasev1.Limits{Rpm: l.RPM, Tpm: l.TPM, BurstRequests: l.BurstRequests, BurstTokens: l.BurstTokens}
+}

@@ -1,0 +1,319 @@
+package spender
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/rationhq/ration/bucket"
+)
+
+// Limiter enforces each key's RPM and TPM budgets. It is safe for
+// concurrent use by many goroutines; keys are spread over lock shards, so
+// requests for different keys rarely contend and no decision takes a global
+// lock.
+//
+// The verbs form one family:
+//   - Reserve admits a cost now or returns a *RejectError with the exact
+//     wait. Most HTTP callers want this: they answer 429 with Retry-After.
+//   - ReserveAt is wait mode: it answers with the time the caller may send
+//     (now, or later), reserving at once so the next caller sees it, and
+//     refuses without reserving when that time is further than maxWait.
+//   - The returned Reservation is settled with the actual usage (Settle) or
+//     returned whole (Cancel) once the response is known; exactly one of
+//     the two counts.
+//
+// A key's limits come with every call; a dimension with rate 0 is
+// unlimited. Bad input (an empty or over-long key, a negative cost, limits
+// that are negative or too large for exact arithmetic) gets an error
+// wrapping ErrInvalidKey, ErrInvalidCost or ErrInvalidLimits and changes no
+// state. Memory is bounded by the keys active within the last
+// refill-to-full period (see WithSweepInterval).
+type Limiter struct {
+	clock  Clock
+	epoch  time.Time // Instant 0; taken from the clock at New
+	seed   maphash.Seed
+	shards []shard
+	mask   uint64
+	sweep  time.Duration
+	lz     *leaser // nil for a standalone Limiter
+}
+
+// shard is one lock and the keys hashed to it.
+type shard struct {
+	l  *Limiter
+	mu sync.Mutex // guards everything below and every keyState in keys
+	// keys holds the state of every key with a bucket that is not full
+	// (and, until the next sweep, some that are), by the key's 64-bit
+	// hash; keys whose hashes collide are chained through keyState.next.
+	keys     map[uint64]*keyState
+	n        int            // number of keyStates in keys, chains included
+	sweepAt  bucket.Instant // sweep when the clock reaches this
+	sweepLen int            // or when n reaches this
+	_        [16]byte       // keep shards on separate cache lines
+}
+
+const minSweepLen = 64
+
+// New returns a Limiter that reads the time from clock (nil means
+// SystemClock). By default it is standalone: it keeps every key's whole
+// budget in this process. With WithLeases it spends leases from an
+// allocator instead, so that many Limiters share each key's global budget;
+// such a Limiter must be closed with Close.
+func New(clock Clock, opts ...Option) *Limiter {
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	l := &Limiter{
+		clock:  clock,
+		epoch:  clock.Now(),
+		seed:   maphash.MakeSeed(),
+		shards: make([]shard, cfg.shards),
+		mask:   uint64(cfg.shards - 1),
+		sweep:  cfg.sweep,
+	}
+	for i := range l.shards {
+		l.shards[i].l = l
+		l.shards[i].keys = make(map[uint64]*keyState)
+		l.shards[i].sweepAt = bucket.Instant(0).Add(cfg.sweep)
+		l.shards[i].sweepLen = minSweepLen
+	}
+	if cfg.lease.src != nil {
+		l.lz = newLeaser(l, cfg.lease)
+	}
+	return l
+}
+
+// Reserve admits cost c for key now, or returns a *RejectError carrying the
+// exact wait until c is covered in every dimension (RetryAfter) and the
+// key's status. A cost above a bucket's capacity is rejected with Oversize
+// set and no RetryAfter. It never blocks and never touches the network.
+// ctx is not consulted by the standalone Limiter.
+func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, c Cost) (Reservation, error) {
+	r, _, err := l.reserve(ctx, key, lim, c, 0, false)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// ReserveAt is wait mode (seed 002): it reserves c for key at the earliest
+// time it is covered and returns that time (the clock's now when it already
+// is). The reservation is made at once, so the key's level may go negative
+// and the next caller is told a later time. When the time would be later
+// than now+maxWait, ReserveAt reserves nothing and returns a *RejectError
+// whose RetryAfter is the wait that would have been needed. A negative
+// maxWait counts as 0.
+func (l *Limiter) ReserveAt(ctx context.Context, key string, lim Limits, c Cost, maxWait time.Duration) (Reservation, time.Time, error) {
+	r, at, err := l.reserve(ctx, key, lim, c, max(0, maxWait), true)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return r, at, nil
+}
+
+// reserve is Reserve (maxWait 0) and ReserveAt.
+func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
+	if key == "" || len(key) > MaxKeyLen {
+		return nil, time.Time{}, fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	if c.Requests < 0 || c.Tokens < 0 {
+		return nil, time.Time{}, fmt.Errorf("%w: %+v has a negative field", ErrInvalidCost, c)
+	}
+	if lim.RPM == 0 && lim.TPM == 0 {
+		if lim.BurstRequests < 0 || lim.BurstTokens < 0 {
+			return nil, time.Time{}, validateLimits(lim)
+		}
+		return unlimited{}, l.clock.Now(), nil
+	}
+	h := maphash.String(l.seed, key)
+	if l.lz != nil {
+		return l.reserveLeased(ctx, h, key, lim, c, maxWait, ahead)
+	}
+	now := l.clock.Now()
+	inst := bucket.InstantOf(l.epoch, now)
+	sh := &l.shards[h&l.mask]
+
+	sh.mu.Lock()
+	if inst >= sh.sweepAt || sh.n >= sh.sweepLen {
+		sh.sweepLocked(inst)
+	}
+	st, err := sh.lookupLocked(h, key, lim, inst)
+	if err != nil {
+		sh.mu.Unlock()
+		return nil, time.Time{}, err
+	}
+	st.advance(inst)
+	w, dim, fits := st.wait(c)
+	if !fits || w > maxWait {
+		rej := &RejectError{RetryAfter: w, Status: st.status(), Dimension: dim, Oversize: !fits, Cost: c}
+		sh.mu.Unlock()
+		return nil, time.Time{}, rej
+	}
+	st.take(c)
+	r := &reservation{st: st, cost: c, status: st.status()}
+	sh.mu.Unlock()
+	if w > 0 {
+		now = now.Add(w)
+	}
+	return r, now, nil
+}
+
+// lookupLocked returns key's state, creating it full or making it follow
+// changed limits. It validates limits only when they differ from the
+// stored ones, so the steady state pays one comparison.
+func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Instant) (*keyState, error) {
+	st := sh.keys[h]
+	for st != nil && st.key != key {
+		st = st.next
+	}
+	if st != nil && st.lim == lim {
+		return st, nil
+	}
+	if err := validateLimits(lim); err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return sh.insertLocked(h, key, lim, now), nil
+	}
+	st.setLimits(lim, now)
+	return st, nil
+}
+
+// insertLocked adds a full state for key, which must not be present.
+func (sh *shard) insertLocked(h uint64, key string, lim Limits, now bucket.Instant) *keyState {
+	st := newKeyState(sh, key, h, lim, now)
+	st.next = sh.keys[h]
+	sh.keys[h] = st
+	sh.n++
+	return st
+}
+
+// sweepLocked drops the state of every key in sh whose buckets are full at
+// now, and schedules the next sweep.
+func (sh *shard) sweepLocked(now bucket.Instant) {
+	for h, head := range sh.keys {
+		var keep *keyState
+		for st := head; st != nil; {
+			next := st.next
+			if st.droppable(now) {
+				st.dead = true
+				sh.n--
+			} else {
+				st.next = keep
+				keep = st
+			}
+			st = next
+		}
+		if keep == nil {
+			delete(sh.keys, h)
+		} else {
+			sh.keys[h] = keep
+		}
+	}
+	sh.sweepAt = now.Add(sh.l.sweep)
+	sh.sweepLen = max(2*sh.n, minSweepLen)
+}
+
+// Keys returns the number of keys whose state the Limiter currently holds.
+// Keys whose buckets are full are dropped at the next sweep, so this is
+// bounded by the keys active in the last refill-to-full period plus the
+// sweep interval.
+func (l *Limiter) Keys() int {
+	n := 0
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		n += sh.n
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Flush sends a leased Limiter's pending debts and returns to the allocator
+// now and waits for the answer; it does nothing for a standalone Limiter.
+// It returns ErrClosed after Close, or ctx's error.
+func (l *Limiter) Flush(ctx context.Context) error {
+	if l.lz == nil {
+		return nil
+	}
+	return l.lz.flush(ctx)
+}
+
+// Close stops a leased Limiter's background work and gives back every
+// unspent lease to the allocator (one Release call, retried until ctx
+// ends). Reservations still outstanding can be settled afterwards but
+// their refunds are not returned. Close on a standalone Limiter does
+// nothing. It is safe to call more than once.
+func (l *Limiter) Close(ctx context.Context) error {
+	if l.lz == nil {
+		return nil
+	}
+	return l.lz.close(ctx)
+}
+
+// reservation is a standalone Limiter's Reservation.
+type reservation struct {
+	st     *keyState // may be dropped (dead) by a sweep before settlement
+	cost   Cost
+	status Status // immutable after creation
+	done   bool   // guarded by st.sh.mu
+}
+
+func (r *reservation) Status() Status { return r.status }
+
+func (r *reservation) Cancel() { r.Settle(Cost{}) }
+
+func (r *reservation) Settle(actual Cost) {
+	actual.Requests, actual.Tokens = max(0, actual.Requests), max(0, actual.Tokens)
+	refund := Cost{Requests: r.cost.Requests - actual.Requests, Tokens: r.cost.Tokens - actual.Tokens}
+	sh := r.st.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if r.done {
+		return
+	}
+	r.done = true
+	st := r.st
+	overrun := refund.Requests < 0 || refund.Tokens < 0
+	if !overrun && !st.dead {
+		// Giving back needs no refill first (see bucket.Give), so the
+		// common settlement reads no clock.
+		st.give(refund)
+		return
+	}
+	// An overrun is charged at the current instant, after the refill up to
+	// it. A state dropped by a sweep was full; the key's live state (made
+	// anew, full, if there is none) is where the adjustment belongs.
+	now := bucket.InstantOf(sh.l.epoch, sh.l.clock.Now())
+	if st.dead {
+		live := sh.keys[st.hash]
+		for live != nil && live.key != st.key {
+			live = live.next
+		}
+		if live == nil {
+			live = sh.insertLocked(st.hash, st.key, st.lim, now) // st.lim was validated when stored
+		}
+		st = live
+	}
+	if overrun {
+		st.advance(now)
+	}
+	// Each dimension is either refunded or charged, never both.
+	st.give(Cost{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
+	st.take(Cost{Requests: max(0, -refund.Requests), Tokens: max(0, -refund.Tokens)})
+}
+
+// unlimited is the Reservation for a key with no limited dimension: it
+// holds nothing and its Status is all zeros.
+type unlimited struct{}
+
+func (unlimited) Settle(Cost)    {}
+func (unlimited) Cancel()        {}
+func (unlimited) Status() Status { return Status{} }

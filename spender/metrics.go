@@ -1,0 +1,121 @@
+package spender
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are a Limiter's Prometheus metrics. Make them with NewMetrics,
+// which registers them on the registerer the caller chooses (there is no
+// global registry), and pass them with WithMetrics. One Metrics may serve
+// only one Limiter. A nil *Metrics records nothing.
+//
+// Names, all prefixed ration_spender_:
+//
+//	admitted_total{path}           admissions; path is local (from a lease or
+//	                               the standalone buckets), slow (after an
+//	                               allocator call), fallback, or ahead (wait mode
+//	                               via the allocator)
+//	rejected_total{reason}         rejections: rate_limited, oversize, fail_closed
+//	lease_calls_total{method,result}  allocator calls: Acquire, ReserveAhead,
+//	                               Release; result ok or error (each attempt)
+//	lease_call_seconds{method}     allocator call latency (successful attempts)
+//	keys_held                      keys this Limiter holds state for
+//	fallback                       1 while the allocator is unreachable
+//	returned_total{dimension}      requests and tokens the allocator credited back
+//	usage_ratio                    actual tokens over reserved tokens at Settle:
+//	                               how much the estimate (prompt + max_tokens)
+//	                               over-reserves (seed 004's thirteen-fold)
+type Metrics struct {
+	admittedLocal, admittedSlow, admittedFallback, admittedAhead prometheus.Counter
+	rejectedLimited, rejectedOversize, rejectedClosed            prometheus.Counter
+	calls                                                        *prometheus.CounterVec
+	callSeconds                                                  *prometheus.HistogramVec
+	keysHeld, fallback                                           prometheus.Gauge
+	returnedRequests, returnedTokens                             prometheus.Counter
+	usageRatio                                                   prometheus.Histogram
+}
+
+// NewMetrics creates the Limiter metrics and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	const ns, sub = "ration", "spender"
+	admitted := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admitted_total",
+		Help: "Requests admitted, by path: local, slow, fallback, ahead."}, []string{"path"})
+	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_total",
+		Help: "Requests rejected, by reason: rate_limited, oversize, fail_closed."}, []string{"reason"})
+	returned := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "returned_total",
+		Help: "Budget the allocator credited back, by dimension: requests, tokens."}, []string{"dimension"})
+	m := &Metrics{
+		admittedLocal:    admitted.WithLabelValues("local"),
+		admittedSlow:     admitted.WithLabelValues("slow"),
+		admittedFallback: admitted.WithLabelValues("fallback"),
+		admittedAhead:    admitted.WithLabelValues("ahead"),
+		rejectedLimited:  rejected.WithLabelValues("rate_limited"),
+		rejectedOversize: rejected.WithLabelValues("oversize"),
+		rejectedClosed:   rejected.WithLabelValues("fail_closed"),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lease_calls_total",
+			Help: "Allocator call attempts, by method and result (ok, error)."}, []string{"method", "result"}),
+		callSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "lease_call_seconds",
+			Help:    "Latency of successful allocator calls, in seconds.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}, []string{"method"}),
+		keysHeld: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "keys_held",
+			Help: "Keys this Limiter holds state for."}),
+		fallback: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "fallback",
+			Help: "1 while the allocator is unreachable and the fallback policy applies."}),
+		returnedRequests: returned.WithLabelValues("requests"),
+		returnedTokens:   returned.WithLabelValues("tokens"),
+		usageRatio: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "usage_ratio",
+			Help:    "Actual tokens over reserved tokens at Settle (1 = the estimate was exact).",
+			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1, 1.5, 2, 5}}),
+	}
+	for _, c := range []prometheus.Collector{admitted, rejected, returned, m.calls, m.callSeconds, m.keysHeld, m.fallback, m.usageRatio} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("spender: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// admitPath says where an admission came from, for admitted_total.
+type admitPath uint8
+
+const (
+	pathLocal admitPath = iota
+	pathSlow
+	pathFallback
+	pathAhead
+)
+
+func (m *Metrics) admit(p admitPath) {
+	if m == nil {
+		return
+	}
+	switch p {
+	case pathLocal:
+		m.admittedLocal.Inc()
+	case pathSlow:
+		m.admittedSlow.Inc()
+	case pathFallback:
+		m.admittedFallback.Inc()
+	case pathAhead:
+		m.admittedAhead.Inc()
+	}
+}
+
+func (m *Metrics) reject(err *RejectError) {
+	if m == nil {
+		return
+	}
+	if err.Oversize {
+		m.rejectedOversize.Inc()
+	} else {
+		m.rejectedLimited.Inc()
+	}
+}
+
+func (m *Metrics) usage(reserved, actual int64) {
+	if m != nil && reserved > 0 {
+		m.usageRatio.Observe(float64(actual) / float64(reserved))
+	}
+}

@@ -1,0 +1,304 @@
+package spenderhttp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/rationhq/ration/spender"
+)
+
+// statusClientClosed is nginx's "client closed request" status.
+const statusClientClosed = 499
+
+// Reserver is what the middleware needs of a limiter: the standalone
+// *spender.Limiter and the leased one both satisfy it.
+type Reserver interface {
+	Reserve(ctx context.Context, key string, lim spender.Limits, c spender.Cost) (spender.Reservation, error)
+}
+
+// Middleware returns the rate-limit stage of an OpenAI-compatible proxy
+// chain. It must run after authentication (which calls WithPrincipal) and
+// before the handler that calls the upstream. For each request:
+//
+//  1. No Principal in the context: the request passes through untouched,
+//     with no headers and no limit.
+//  2. The body is read, up to WithMaxBodyBytes (16 MiB by default); a
+//     larger one is answered 413 and reserves nothing. A negative
+//     max_tokens, max_completion_tokens or max_output_tokens is answered
+//     400 invalid_request_error. Malformed JSON is not an error here: it is
+//     estimated from its bytes and passed on for the upstream to answer.
+//  3. EstimateCost with counter (nil: bytes/4), then Reserve on the key
+//     Principal.KeyID with Principal.Limits. A *spender.RejectError becomes
+//     429 with the x-ratelimit-* headers, Retry-After and the OpenAI error
+//     body; a cost that can never fit gets its own message and no
+//     Retry-After. A validation error (an empty or overlong key, invalid
+//     limits) becomes a 4xx in the same shape, never a 500.
+//  4. The headers are computed from the reservation's Status and set before
+//     the handler runs; they are set again when the handler writes its
+//     status, replacing any an upstream sent.
+//  5. For a streaming chat or completions request that did not ask for
+//     usage, "stream_options": {"include_usage": true} is added to the
+//     forwarded body and the usage-only final chunk is not forwarded. With
+//     WithBoundedOverrun a missing max_tokens is injected too.
+//  6. The handler runs with the (possibly rewritten) body; SSE responses
+//     are forwarded event by event and flushed after each.
+//  7. When the handler returns (or panics), the reservation is settled
+//     exactly once: with the usage the upstream reported (JSON usage, or
+//     the final SSE chunk's); else Cancel if the status is 5xx (our outages
+//     are free) or the handler panicked before writing; else 1 request and
+//     0 tokens for a
+//     4xx; else the prompt estimate plus the generated text seen at
+//     ceil(bytes/4), the fallback for a client that disconnected or an
+//     upstream that reports no usage.
+//
+// The returned handler is safe for concurrent use. The Reserver, the
+// Counter and the handler decide how much of the request context they
+// honour; the middleware itself never blocks on anything but them.
+func Middleware(l Reserver, counter Counter, opts ...Option) func(http.Handler) http.Handler {
+	cfg := newConfig(opts)
+	return func(next http.Handler) http.Handler {
+		return &stage{cfg: cfg, l: l, counter: counter, next: next}
+	}
+}
+
+// stage is the handler Middleware returns; it holds no per-request state.
+type stage struct {
+	cfg     config
+	l       Reserver
+	counter Counter
+	next    http.Handler
+}
+
+func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p, ok := PrincipalFrom(r.Context())
+	if !ok {
+		s.next.ServeHTTP(w, r)
+		return
+	}
+	ctx := r.Context()
+	log := s.cfg.logger
+
+	body, tooLarge, err := readBody(r, s.cfg.maxBody)
+	switch {
+	case tooLarge:
+		log.LogAttrs(ctx, slog.LevelInfo, "spenderhttp: body over the cap", slog.String("key", p.KeyID), slog.Int64("max_bytes", s.cfg.maxBody))
+		writeError(w, http.StatusRequestEntityTooLarge, typeInvalidRequest, codeTooLarge, "",
+			"Request body too large: the limit is "+strconv.FormatInt(s.cfg.maxBody, 10)+" bytes.")
+		return
+	case err != nil:
+		log.LogAttrs(ctx, slog.LevelInfo, "spenderhttp: reading the body", slog.String("key", p.KeyID), slog.Any("err", err))
+		writeError(w, http.StatusBadRequest, typeInvalidRequest, codeUnreadableBody, "", "Could not read the request body.")
+		return
+	}
+
+	req, err := parseRequest(body)
+	var neg *negativeMaxError
+	if errors.As(err, &neg) {
+		writeError(w, http.StatusBadRequest, typeInvalidRequest, codeInvalidValue, neg.field,
+			"Invalid '"+neg.field+"': "+strconv.FormatInt(neg.value, 10)+" is below the minimum value of 0.")
+		return
+	}
+	defaultCompletion := int64(DefaultCompletionTokens)
+	if s.cfg.overrun && s.cfg.overrunMax > 0 {
+		defaultCompletion = s.cfg.overrunMax
+	}
+	est := estimate(ctx, s.counter, body, req, defaultCompletion)
+
+	res, err := s.l.Reserve(ctx, p.KeyID, p.Limits, est.cost())
+	if err != nil {
+		s.reject(w, r, p, err)
+		return
+	}
+	st := res.Status()
+
+	// Rewrite the body when the stage needs to: usage for streams, a max
+	// for bounded overrun.
+	fields := s.injections(req, est, st)
+	r2 := r
+	if len(fields) > 0 {
+		if nb, err := rewriteBody(body, fields); err == nil {
+			body = nb
+			r2 = r.Clone(ctx)
+			if r2.Header.Get("Content-Length") != "" {
+				r2.Header.Set("Content-Length", strconv.Itoa(len(body)))
+			}
+		} else {
+			log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: body rewrite failed", slog.String("key", p.KeyID), slog.Any("err", err))
+			fields = nil
+		}
+	}
+	if r2 == r {
+		r2 = new(http.Request)
+		*r2 = *r
+	}
+	setBody(r2, body)
+
+	hdrs := s.cfg.headerSet(st)
+	hdrs.apply(w.Header())
+	rec := &recorder{
+		w:         w,
+		rc:        http.NewResponseController(w),
+		hdrs:      hdrs,
+		dropUsage: fields["stream_options"] != nil,
+	}
+	returned := false
+	defer func() { s.settle(ctx, p, res, rec, est, returned) }()
+	s.next.ServeHTTP(rec, r2)
+	rec.finish()
+	returned = true
+}
+
+// settle ends the reservation once the handler is done; see Middleware,
+// step 7.
+//
+// A handler that panics after writing a 2xx status (httputil.ReverseProxy
+// aborts with http.ErrAbortHandler when a stream breaks, on either side)
+// is settled like one that returned: the client may have read the output.
+// One that panics before writing anything is cancelled.
+func (s *stage) settle(ctx context.Context, p Principal, res spender.Reservation, rec *recorder, est estimateResult, returned bool) {
+	switch {
+	case rec.usage != nil:
+		res.Settle(spender.Cost{Requests: 1, Tokens: rec.usage.tokens()})
+	case rec.code >= 500 || (rec.code == 0 && !returned):
+		res.Cancel()
+	case rec.code >= 400:
+		res.Settle(spender.Cost{Requests: 1})
+	default:
+		tokens := satAdd(est.prompt, ceilQuarter(rec.outBytes))
+		s.cfg.logger.LogAttrs(ctx, slog.LevelDebug, "spenderhttp: no usage reported; settling the estimate",
+			slog.String("key", p.KeyID), slog.Int64("tokens", tokens), slog.Int("status", rec.code))
+		res.Settle(spender.Cost{Requests: 1, Tokens: tokens})
+	}
+}
+
+// reject answers a Reserve error without reserving anything.
+func (s *stage) reject(w http.ResponseWriter, r *http.Request, p Principal, err error) {
+	ctx := r.Context()
+	log := s.cfg.logger
+	var re *spender.RejectError
+	switch {
+	case errors.As(err, &re):
+		s.cfg.setHeaders(w.Header(), re.Status)
+		if !re.Oversize {
+			w.Header()[hdrRetryAfter] = []string{strconv.Itoa(spender.RetryAfterSeconds(re.RetryAfter))}
+		}
+		log.LogAttrs(ctx, slog.LevelDebug, "spenderhttp: rejected", slog.String("key", p.KeyID),
+			slog.String("dimension", re.Dimension.String()), slog.Bool("oversize", re.Oversize),
+			slog.Duration("retry_after", re.RetryAfter))
+		writeError(w, http.StatusTooManyRequests, typeRateLimit, codeRateLimited, "", rejectMessage(re))
+	case errors.Is(err, spender.ErrInvalidKey):
+		log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: principal has an invalid key ID", slog.Int("key_len", len(p.KeyID)), slog.Any("err", err))
+		writeError(w, http.StatusUnauthorized, typeInvalidRequest, codeInvalidAPIKey, "",
+			"The API key could not be used for rate limiting: its ID is empty or too long.")
+	case errors.Is(err, spender.ErrInvalidLimits):
+		log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: principal has invalid limits", slog.String("key", p.KeyID), slog.Any("err", err))
+		writeError(w, http.StatusForbidden, typeInvalidRequest, codeInvalidLimits, "",
+			"The API key's rate limits are misconfigured; ask the administrator to fix them.")
+	case errors.Is(err, spender.ErrInvalidCost):
+		writeError(w, http.StatusBadRequest, typeInvalidRequest, codeInvalidValue, "",
+			"The request's cost could not be estimated.")
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// The client is gone; nobody reads an answer. 499 is the de facto
+		// "client closed request" status, so access logs do not show 200.
+		log.LogAttrs(ctx, slog.LevelDebug, "spenderhttp: client left during Reserve", slog.String("key", p.KeyID))
+		w.WriteHeader(statusClientClosed)
+	default:
+		log.LogAttrs(ctx, slog.LevelError, "spenderhttp: reserve failed", slog.String("key", p.KeyID), slog.Any("err", err))
+		writeError(w, http.StatusServiceUnavailable, typeServer, codeLimiterUnusable, "",
+			"The rate limiter is unavailable; try again shortly.")
+	}
+}
+
+// injections returns the top-level fields the stage adds to the forwarded
+// body, or nil.
+func (s *stage) injections(req request, est estimateResult, st spender.Status) map[string]json.RawMessage {
+	if !req.valid || !req.chatLike {
+		return nil
+	}
+	var fields map[string]json.RawMessage
+	if req.stream && !req.includeUsage {
+		fields = map[string]json.RawMessage{"stream_options": json.RawMessage(`{"include_usage":true}`)}
+	}
+	if s.cfg.overrun && req.maxField == "" && st.LimitTokens > 0 {
+		perChoice := s.cfg.overrunMax
+		if perChoice == 0 {
+			perChoice = satAdd(est.completion, max(st.RemainingTokens, 0)) / req.choices
+		}
+		if fields == nil {
+			fields = make(map[string]json.RawMessage, 1)
+		}
+		fields["max_tokens"] = strconv.AppendInt(nil, max(perChoice, 1), 10)
+	}
+	return fields
+}
+
+// rewriteBody sets fields at the top level of the JSON object body. An
+// existing stream_options object is merged: include_usage is set and its
+// other members kept. Keys come out sorted; values are kept byte for byte.
+func rewriteBody(body []byte, fields map[string]json.RawMessage) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range fields {
+		if k == "stream_options" {
+			var so map[string]json.RawMessage
+			if old := m[k]; len(old) > 0 && old[0] == '{' && json.Unmarshal(old, &so) == nil {
+				so["include_usage"] = json.RawMessage("true")
+				b, err := json.Marshal(so)
+				if err != nil {
+					return nil, err
+				}
+				v = b
+			}
+		}
+		m[k] = v
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// readBody reads r's body up to limit bytes and reports whether it was
+// larger. A declared Content-Length above limit is refused unread.
+func readBody(r *http.Request, limit int64) (body []byte, tooLarge bool, err error) {
+	if r.ContentLength > limit {
+		return nil, true, nil
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, false, nil
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, false, err
+	}
+	if n > limit {
+		return nil, true, nil
+	}
+	return buf.Bytes(), false, nil
+}
+
+// setBody makes body the request's body, replayable through GetBody.
+func setBody(r *http.Request, body []byte) {
+	r.ContentLength = int64(len(body))
+	if len(body) == 0 {
+		r.Body, r.GetBody = http.NoBody, nil
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+}
