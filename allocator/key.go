@@ -31,6 +31,7 @@ type keyState struct {
 	holds     []holding      // unexpired as of the last touch (expired ones dropped lazily)
 	emptyFrom bucket.Instant // != 0: state was lost; buckets start empty at this instant
 	fresh     bool           // buckets not created yet (lim unknown)
+	mark      uint64         // store: log position of the latest change (0 = none)
 }
 
 // setLimits makes the buckets follow l: a dimension that becomes limited

@@ -34,7 +34,10 @@ const (
 	opSessionDelete
 )
 
-// recID names a stored record: a key's state or a spender's session.
+// recID names a stored record: a key's state or a spender's session. The
+// log holds one per change; the record itself (keyState.mark,
+// session.mark) remembers the position of its latest change, so marking
+// costs no map operation.
 type recID struct {
 	session bool
 	name    string
@@ -55,7 +58,7 @@ type recID struct {
 // and ordered (entries are keyed by log position), so a crash at any point
 // leaves a journal that replays to the same state.
 //
-// log, base and latest are guarded by the ledger's mutex.
+// log and base, and the records' marks, are guarded by the ledger's mutex.
 type store struct {
 	db  *bolt.DB
 	l   *Ledger
@@ -65,9 +68,8 @@ type store struct {
 	checkpointing atomic.Bool    // a checkpoint goroutine is running
 	wg            sync.WaitGroup // the checkpoint goroutine
 
-	log    []recID          // records in the order they were marked, from position base
-	base   uint64           // log position of log[0]; everything before it is durable
-	latest map[recID]uint64 // each not-yet-durable record's latest log position
+	log  []recID // records in the order they were marked, from position base
+	base uint64  // log position of log[0] (from 1); everything before it is durable
 
 	cmu        sync.Mutex // guards committing and durable
 	cond       *sync.Cond // on cmu: a commit finished
@@ -75,22 +77,30 @@ type store struct {
 	durable    uint64     // log position up to which everything is durable
 }
 
-func (l *Ledger) markKey(name string) {
+// markKey records that key name changed; ks is its state, nil if deleted.
+func (l *Ledger) markKey(name string, ks *keyState) {
 	if l.st != nil {
-		l.st.mark(recID{name: name})
+		pos := l.st.mark(recID{name: name})
+		if ks != nil {
+			ks.mark = pos
+		}
 	}
 }
 
-func (l *Ledger) markSession(id string) {
+// markSession records that spender id's session changed; nil if deleted.
+func (l *Ledger) markSession(id string, s *session) {
 	if l.st != nil {
-		l.st.mark(recID{session: true, name: id})
+		pos := l.st.mark(recID{session: true, name: id})
+		if s != nil {
+			s.mark = pos
+		}
 	}
 }
 
-func (st *store) mark(id recID) {
+func (st *store) mark(id recID) uint64 {
 	pos := st.base + uint64(len(st.log))
 	st.log = append(st.log, id)
-	st.latest[id] = pos
+	return pos
 }
 
 func (l *Ledger) sync(ctx context.Context) error {
@@ -171,35 +181,60 @@ func (st *store) sync(context.Context) error {
 	return nil
 }
 
-// write appends one journal entry to tx holding the current state of the
-// records marked at log positions [from, end), each once (at its latest
-// mark). The entry's key is end, big-endian, so entries replay in order.
+// journalChunk is the size at which a journal entry is cut: values that
+// fit in one page avoid bbolt's multi-page buffer per commit.
+const journalChunk = 3000
+
+// write appends the current state of the records marked at log positions
+// [from, end) to the journal in tx, each record once (at its latest mark),
+// in chunks keyed (end, chunk number) big-endian, so they replay in order.
 func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 	if from >= end {
 		return nil
 	}
-	e := enc{b: make([]byte, 0, 128*(end-from))}
+	j := tx.Bucket(bucketJournal)
+	j.FillPercent = 1 // append-only: full pages
+	var chunk uint16
+	e := enc{b: make([]byte, 0, journalChunk+512)}
+	flush := func() error {
+		if len(e.b) == 0 {
+			return nil
+		}
+		key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(make([]byte, 0, 10), end), chunk)
+		if err := j.Put(key, e.b); err != nil {
+			return err
+		}
+		st.journalBytes.Add(int64(len(e.b)))
+		chunk++
+		e.b = make([]byte, 0, journalChunk+512) // bbolt keeps the value until commit
+		return nil
+	}
 	var val enc
 	for pos := from; pos < end; pos++ {
 		id := st.log[pos-st.base]
-		if st.latest[id] != pos {
-			continue // marked again later; written then
-		}
 		val.b = val.b[:0]
 		var op byte
 		if id.session {
-			if s := st.l.sessions[id.name]; s != nil {
+			s := st.l.sessions[id.name]
+			switch {
+			case s == nil:
+				op = opSessionDelete
+			case s.mark != pos:
+				continue // changed again later; written then
+			default:
 				op = opSessionPut
 				encodeSession(&val, s)
-			} else {
-				op = opSessionDelete
 			}
 		} else {
-			if k := st.l.keys[id.name]; k != nil {
+			k := st.l.keys[id.name]
+			switch {
+			case k == nil:
+				op = opKeyDelete
+			case k.mark != pos:
+				continue
+			default:
 				op = opKeyPut
 				encodeKey(&val, k)
-			} else {
-				op = opKeyDelete
 			}
 		}
 		e.byte(op)
@@ -208,12 +243,13 @@ func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 			e.u(uint64(len(val.b)))
 			e.b = append(e.b, val.b...)
 		}
+		if len(e.b) >= journalChunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
 	}
-	if err := tx.Bucket(bucketJournal).Put(binary.BigEndian.AppendUint64(nil, end), e.b); err != nil {
-		return err
-	}
-	st.journalBytes.Add(int64(len(e.b)))
-	return nil
+	return flush()
 }
 
 // checkpoint replays the journal into the keys and sessions buckets (each
@@ -243,7 +279,7 @@ func (st *store) checkpoint() error {
 						d.fail()
 						break
 					}
-					val = bytes.Clone(d.b[:m]) // tx memory may be remapped on commit
+					val = d.b[:m:m] // cloned when put: tx memory may be remapped on commit
 					d.b = d.b[m:]
 				} else if op != opKeyDelete && op != opSessionDelete {
 					d.fail()
@@ -278,7 +314,7 @@ func (st *store) checkpoint() error {
 			}
 			var err error
 			if r.val != nil {
-				err = b.Put([]byte(id.name), r.val)
+				err = b.Put([]byte(id.name), bytes.Clone(r.val))
 			} else {
 				err = b.Delete([]byte(id.name))
 			}
@@ -306,11 +342,6 @@ func (st *store) trim(end uint64) {
 		return
 	}
 	n := end - st.base
-	for _, id := range st.log[:n] {
-		if p, ok := st.latest[id]; ok && p < end {
-			delete(st.latest, id)
-		}
-	}
 	rest := copy(st.log, st.log[n:])
 	clear(st.log[rest:])
 	st.log = st.log[:rest]
@@ -339,7 +370,7 @@ func Open(path string, opts ...Option) (*Ledger, error) {
 		return nil, fmt.Errorf("allocator: open store %s: %w", path, err)
 	}
 	db.NoSync = l.cfg.noSync
-	st := &store{db: db, l: l, obs: l.cfg.commitObserver, latest: make(map[recID]uint64)}
+	st := &store{db: db, l: l, obs: l.cfg.commitObserver, base: 1, durable: 1}
 	st.cond = sync.NewCond(&st.cmu)
 	if err := st.recover(); err != nil {
 		db.Close()

@@ -111,7 +111,11 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
+	// A durable reply waits for its group commit, so streams stay open
+	// longer than for a stateless service: allow more than the default 100
+	// per connection (many spenders may share a proxy's connection).
 	srv := &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second,
+		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: 1024},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	tlsOn := cfg.tlsCert != ""
 	if tlsOn {
