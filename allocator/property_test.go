@@ -344,6 +344,11 @@ func (h *propHarness) deliver(s *modelSpender, c *lastCall) {
 			g := r.Keys[i].Granted
 			s.pool[k].Requests += g.Requests
 			s.pool[k].Tokens += g.Tokens
+			// Held is authoritative: keep at most Held minus what is
+			// reserved and not yet sent.
+			p := s.pendingOn(k)
+			s.pool[k].Requests = max(0, min(s.pool[k].Requests, r.Keys[i].Held.Requests-p.Requests))
+			s.pool[k].Tokens = max(0, min(s.pool[k].Tokens, r.Keys[i].Held.Tokens-p.Tokens))
 			s.exp[k] = c.sent.Add(r.LeaseTTL) // valid from first send
 		}
 	case *ReserveReply:
