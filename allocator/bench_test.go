@@ -187,6 +187,9 @@ func serveLoopback(b *testing.B, h leasev1connect.LeaseServiceHandler) string {
 // cap any durable service at 32 calls per fsync).
 const loopbackParallelism = 128
 
+// loopbackConns is the number of client connections the callers share.
+const loopbackConns = 8
+
 // BenchmarkLoopback compares durable Acquire over loopback h2c with the
 // echo handler, for the Connect and gRPC protocols, 1 and 64 keys a call.
 func BenchmarkLoopback(b *testing.B) {
@@ -203,15 +206,22 @@ func BenchmarkLoopback(b *testing.B) {
 					if proto == "grpc" {
 						opts = append(opts, connecthttp.WithGRPC())
 					}
-					hp := new(http.Protocols)
-					hp.SetUnencryptedHTTP2(true)
-					hc := &http.Client{Transport: &http.Transport{Protocols: hp}}
-					client := leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, base, opts...)))
+					// One h2c connection per group of callers, as gateways
+					// each have their own.
+					clients := make([]leasev1connect.LeaseServiceClient, loopbackConns)
+					for i := range clients {
+						hp := new(http.Protocols)
+						hp.SetUnencryptedHTTP2(true)
+						hc := &http.Client{Transport: &http.Transport{Protocols: hp}}
+						clients[i] = leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, base, opts...)))
+					}
 					b.SetParallelism(loopbackParallelism)
 					b.ResetTimer()
 					cpu0 := cpuTime()
 					b.RunParallel(func(pb *testing.PB) {
-						id := fmt.Sprintf("s%d", spenderIDs.Add(1))
+						sid := spenderIDs.Add(1)
+						client := clients[int(sid)%len(clients)]
+						id := fmt.Sprintf("s%d", sid)
 						req := benchRequest(n, id)
 						req.Caller.SpenderId = id
 						for pb.Next() {

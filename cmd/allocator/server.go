@@ -149,7 +149,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	}
 	led, err := allocator.Open(filepath.Join(cfg.dataDir, "allocator.db"),
 		allocator.WithTTL(cfg.leaseTTL), allocator.WithStrict(cfg.strict), allocator.WithLogger(log),
-		allocator.WithSessionRetention(cfg.sessionRetention),
+		allocator.WithSessionRetention(cfg.sessionRetention), allocator.WithCommitLinger(cfg.commitLinger),
 		allocator.WithCommitObserver(func(d time.Duration, err error) {
 			metrics.ObserveCommit(d, err)
 			if cfg.onCommit != nil {

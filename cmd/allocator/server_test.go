@@ -369,12 +369,13 @@ func TestConfigFromEnvironmentAndErrors(t *testing.T) {
 		t.Fatalf("config %+v", cfg)
 	}
 	for _, args := range [][]string{
-		{},                                 // no token file
-		{"-no-auth", "-token-file", "x"},   // both
-		{"-no-auth", "-tls-cert", "c"},     // cert without key
-		{"-no-auth", "-lease-ttl", "2h"},   // ttl range
-		{"-no-auth", "-log-level", "loud"}, // level
-		{"-no-auth", "extra"},              // stray argument
+		{},                                   // no token file
+		{"-no-auth", "-token-file", "x"},     // both
+		{"-no-auth", "-tls-cert", "c"},       // cert without key
+		{"-no-auth", "-lease-ttl", "2h"},     // ttl range
+		{"-no-auth", "-log-level", "loud"},   // level
+		{"-no-auth", "-commit-linger", "1s"}, // linger range
+		{"-no-auth", "extra"},                // stray argument
 	} {
 		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("args %q accepted", args)
