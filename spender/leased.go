@@ -8,31 +8,6 @@ import (
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
-// lookupLeasedLocked returns key's leased state, creating it empty (a new
-// key holds no lease). A change of limits is only recorded: the allocator
-// follows the latest limits it is sent.
-func (sh *shard) lookupLeasedLocked(h uint64, key string, lim Limits) (*keyState, error) {
-	st := sh.keys[h]
-	for st != nil && st.key != key {
-		st = st.next
-	}
-	if st != nil && st.lim == lim {
-		return st, nil
-	}
-	if err := validateLimits(lim); err != nil {
-		return nil, err
-	}
-	if st == nil {
-		st = &keyState{sh: sh, key: key, hash: h, lim: lim, ls: &leaseState{}}
-		st.next = sh.keys[h]
-		sh.keys[h] = st
-		sh.n++
-		return st, nil
-	}
-	st.lim = lim
-	return st, nil
-}
-
 // oversize reports whether c can never fit lim, and in which dimension.
 func oversize(lim Limits, c Cost) (Dimension, bool) {
 	if lim.RPM > 0 && c.Requests > capacityOf(lim.RPM, lim.BurstRequests) {
@@ -55,7 +30,7 @@ func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim L
 	if inst >= sh.sweepAt || sh.n >= sh.sweepLen {
 		sh.sweepLocked(inst)
 	}
-	st, err := sh.lookupLeasedLocked(h, key, lim)
+	st, err := sh.lookupLocked(h, key, lim, inst)
 	if err != nil {
 		sh.mu.Unlock()
 		return nil, time.Time{}, err
@@ -158,6 +133,10 @@ func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost
 		now := l.clock.Now()
 		inst := bucket.InstantOf(l.epoch, now)
 		sh.mu.Lock()
+		if st.dead { // swept while we waited: start again on the key's live state
+			sh.mu.Unlock()
+			return l.reserveLeased(ctx, st.hash, st.key, lim, c, 0, false)
+		}
 		if r := l.admitLeaseLocked(st, c, inst, pathSlow); r != nil {
 			sh.mu.Unlock()
 			return r, now, nil
@@ -192,11 +171,11 @@ func (l *Limiter) admitLeaseLocked(st *keyState, c Cost, now bucket.Instant, pat
 		return nil
 	}
 	ls.spend(st.lim, c, now)
-	if !ls.queued && !ls.inCall && ls.low(st.lim, l.lz.lead()) {
+	if !ls.queued && !ls.inCall && ls.low(st.lim, c) {
 		l.lz.enqueueLocked(st, false)
 	}
 	l.lz.cfg.metrics.admit(path)
-	return &leasedReservation{st: st, cost: c, status: ls.status(st.lim, now), path: path}
+	return &leasedReservation{st: st, cost: c, status: ls.status(st.lim, now), path: path, gen: ls.gen}
 }
 
 // fallbackLocked decides c for a key without a usable lease while the
@@ -240,7 +219,6 @@ func (l *Limiter) fallbackLocked(st *keyState, c Cost, now bucket.Instant) (Rese
 	lc := limitedPart(st.lim, c)
 	ls.debt = add(ls.debt, lc)
 	ls.record(lc, now)
-	ls.fallbackSinceCalls = true
 	m.admit(pathFallback)
 	return &leasedReservation{st: st, cost: c, status: ls.status(st.lim, now), path: pathFallback}, nil
 }
@@ -294,7 +272,7 @@ func (l *Limiter) reserveAhead(ctx context.Context, st *keyState, lim Limits, c 
 	}
 	kr := res.r
 	if kr.GetSnapshot() != nil {
-		ls.snap, ls.snapAt, ls.spentSince = kr.GetSnapshot(), inst, Cost{}
+		ls.snap, ls.snapAt = kr.GetSnapshot(), inst
 	}
 	wait := time.Duration(kr.GetWaitUs()) * time.Microsecond
 	switch kr.GetStatus() {
@@ -324,7 +302,8 @@ type leasedReservation struct {
 	cost   Cost
 	status Status
 	path   admitPath
-	done   bool // guarded by st.sh.mu
+	gen    uint32 // the lease generation it was admitted from
+	done   bool   // guarded by st.sh.mu
 }
 
 func (r *leasedReservation) Status() Status { return r.status }
@@ -338,7 +317,6 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 	st := r.st
 	sh := st.sh
 	l := sh.l
-	now := bucket.InstantOf(l.epoch, l.clock.Now())
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if r.done {
@@ -355,8 +333,8 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 		delta := sub(limitedPart(lim, actual), limitedPart(lim, r.cost))
 		ls.debt = add(ls.debt, delta)
 		ls.debt = Cost{Requests: max(0, ls.debt.Requests), Tokens: max(0, ls.debt.Tokens)}
-		ls.spentSince = add(ls.spentSince, delta)
 		if ls.fallback {
+			now := bucket.InstantOf(l.epoch, l.clock.Now()) // an overrun is charged after the refill
 			fb := keyState{lim: ls.fbLim, req: st.req, tok: st.tok}
 			refund := sub(r.cost, actual)
 			fb.give(Cost{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
@@ -374,8 +352,7 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 		d := sub(rc, ac)
 		ls.ret = add(ls.ret, Cost{Requests: max(0, d.Requests), Tokens: max(0, d.Tokens)})
 		ls.debt = add(ls.debt, Cost{Requests: max(0, -d.Requests), Tokens: max(0, -d.Tokens)})
-		ls.spentSince = add(ls.spentSince, sub(ac, rc))
 	default:
-		ls.settle(lim, r.cost, actual, now)
+		ls.settle(lim, r.cost, actual, r.gen)
 	}
 }

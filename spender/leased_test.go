@@ -3,6 +3,7 @@ package spender_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,10 +42,10 @@ func newLeased(t testing.TB, clk spender.Clock, src spender.LeaseSource, opts ..
 	return l
 }
 
-// net is a LeaseSource between a spender and the allocator that can lose
+// simnet is a LeaseSource between a spender and the allocator that can lose
 // replies (the call is applied, the answer lost) and be partitioned (the
 // call never arrives). It counts calls.
-type net struct {
+type simnet struct {
 	src         spender.LeaseSource
 	partitioned atomic.Bool
 	loseEvery   atomic.Int64 // lose every n-th reply; 0 = none
@@ -54,14 +55,14 @@ type net struct {
 
 var errPartition = connect.NewError(connect.CodeUnavailable, "partitioned")
 
-func (n *net) pass() error {
+func (n *simnet) pass() error {
 	if n.partitioned.Load() {
 		return errPartition
 	}
 	return nil
 }
 
-func (n *net) lose() bool {
+func (n *simnet) lose() bool {
 	c := n.calls.Add(1)
 	if e := n.loseEvery.Load(); e > 0 && c%e == 0 {
 		n.lost.Add(1)
@@ -70,7 +71,7 @@ func (n *net) lose() bool {
 	return false
 }
 
-func (n *net) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+func (n *simnet) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	if err := n.pass(); err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func (n *net) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.
 	return resp, err
 }
 
-func (n *net) ReserveAhead(ctx context.Context, r *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
+func (n *simnet) ReserveAhead(ctx context.Context, r *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
 	if err := n.pass(); err != nil {
 		return nil, err
 	}
@@ -92,7 +93,7 @@ func (n *net) ReserveAhead(ctx context.Context, r *leasev1.ReserveAheadRequest) 
 	return resp, err
 }
 
-func (n *net) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
+func (n *simnet) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
 	if err := n.pass(); err != nil {
 		return nil, err
 	}
@@ -140,7 +141,7 @@ func TestLeasedWaitModeSeedCases(t *testing.T) {
 // most once per hundred admissions.
 func TestLeasedHotPathStaysLocal(t *testing.T) {
 	clk := fakeclock.New()
-	n := &net{src: newAllocator(t, clk)}
+	n := &simnet{src: newAllocator(t, clk)}
 	l := newLeased(t, clk, n)
 	lim := spender.Limits{RPM: 60_000, TPM: 60_000_000} // 1000 requests a second
 	admitted := 0
@@ -171,7 +172,7 @@ type fleet struct {
 	t      *testing.T
 	clk    *fakeclock.Clock
 	ls     []*spender.Limiter
-	nets   []*net
+	nets   []*simnet
 	lim    spender.Limits
 	admits []admission
 }
@@ -186,7 +187,7 @@ func newFleet(t *testing.T, n int, lim spender.Limits, allocOpts []allocator.Opt
 	src := newAllocator(t, clk, allocOpts...)
 	f := &fleet{t: t, clk: clk, lim: lim}
 	for i := range n {
-		nt := &net{src: src}
+		nt := &simnet{src: src}
 		f.nets = append(f.nets, nt)
 		f.ls = append(f.ls, newLeased(t, clk, nt, append([]spender.Option{spender.WithSpenderID("gw-" + string(rune('a'+i)))}, opts...)...))
 	}
@@ -335,7 +336,7 @@ func TestLeasedFailClosedAndOpen(t *testing.T) {
 	}{{spender.FailClosed, false}, {spender.FailOpen, true}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			clk := fakeclock.New()
-			n := &net{src: newAllocator(t, clk)}
+			n := &simnet{src: newAllocator(t, clk)}
 			n.partitioned.Store(true)
 			l := newLeased(t, clk, n, spender.WithFallback(tc.policy), spender.WithSlowPathDeadline(20*time.Millisecond))
 			lim := spender.Limits{RPM: 10}
@@ -378,5 +379,25 @@ func TestLeasedCloseReturnsLeases(t *testing.T) {
 	}
 	if _, err := b.Reserve(ctx, "k", lim, spender.Cost{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
 		t.Fatalf("101st request: %v, want rate limited", err)
+	}
+}
+
+// TestLeasedIdleKeysAreDropped: a leased Limiter forgets keys that hold
+// nothing (their leases expired or were returned and nothing is owed).
+func TestLeasedIdleKeysAreDropped(t *testing.T) {
+	clk := fakeclock.New()
+	l := newLeased(t, clk, newAllocator(t, clk, allocator.WithTTL(time.Second)), spender.WithSweepInterval(10*time.Second), spender.WithShards(1))
+	lim := spender.Limits{RPM: 600}
+	for i := range 2000 {
+		r := mustReserve(t, l, "key-"+strconv.Itoa(i), lim, spender.Cost{Requests: 1})
+		r.Settle(spender.Cost{Requests: 1})
+	}
+	if l.Keys() != 2000 {
+		t.Fatalf("holding %d keys, want 2000", l.Keys())
+	}
+	clk.Advance(2 * time.Minute)
+	l.Reserve(ctx, "another", lim, spender.Cost{}) // the one shard sweeps
+	if k := l.Keys(); k != 1 {
+		t.Fatalf("holding %d keys two minutes after 2000 went idle", k)
 	}
 }

@@ -148,20 +148,33 @@ func (lz *leaser) run() {
 			lz.maintain(false)
 		case <-lz.wake:
 		}
-		lz.mu.Lock()
-		urgent := lz.urgent
-		lz.mu.Unlock()
-		if !urgent && lz.cfg.window > 0 {
+		if lz.cfg.window > 0 && !lz.isUrgent() {
+			// Let other keys join the call, unless a Reserve starts waiting.
 			t := time.NewTimer(lz.cfg.window)
-			select {
-			case <-lz.stop:
-				t.Stop()
-				return
-			case <-t.C:
+		window:
+			for {
+				select {
+				case <-lz.stop:
+					t.Stop()
+					return
+				case <-t.C:
+					break window
+				case <-lz.wake:
+					if lz.isUrgent() {
+						t.Stop()
+						break window
+					}
+				}
 			}
 		}
 		lz.round()
 	}
+}
+
+func (lz *leaser) isUrgent() bool {
+	lz.mu.Lock()
+	defer lz.mu.Unlock()
+	return lz.urgent
 }
 
 // round sends what is queued: one Acquire per batch of keys, then one
@@ -300,8 +313,11 @@ func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expir
 	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
 		ls.tooLarge = true
 	}
+	if g.GetHeld() != nil {
+		ls.trimTo(st.lim, fromAmount(g.GetHeld()))
+	}
 	if g.GetSnapshot() != nil {
-		ls.snap, ls.snapAt, ls.spentSince = g.GetSnapshot(), recv, Cost{}
+		ls.snap, ls.snapAt = g.GetSnapshot(), recv
 	}
 	if a := g.GetActiveSpenders(); a > 0 {
 		ls.active = a
@@ -314,7 +330,7 @@ func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expir
 		m.returnedRequests.Add(float64(r.Requests))
 		m.returnedTokens.Add(float64(r.Tokens))
 	}
-	ls.fallbackSinceCalls = false
+	ls.setLowWater(lz.lead())
 }
 
 // shortDim is the dimension whose global bucket falls short of need,
@@ -602,10 +618,12 @@ func (lz *leaser) release(ctx context.Context) error {
 			}
 			m.calls.WithLabelValues("Release", result).Inc()
 		}
-		if err == nil || connect.CodeOf(err) == connect.CodeInvalidArgument || connect.CodeOf(err) == connect.CodeFailedPrecondition {
-			if err != nil {
-				return fmt.Errorf("spender: releasing leases: %w", err)
-			}
+		switch connect.CodeOf(err) {
+		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeUnauthenticated, connect.CodePermissionDenied:
+			// Retrying cannot help: the holdings expire on their own.
+			return fmt.Errorf("spender: releasing leases: %w", err)
+		}
+		if err == nil {
 			return nil
 		}
 		t := time.NewTimer(backoff)

@@ -1,6 +1,7 @@
 package spender
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/rationhq/ration/bucket"
@@ -30,30 +31,34 @@ type leaseState struct {
 	hasPending bool           // manual leasing: a Reserve is waiting
 
 	// The key's global state as of the last answer, for headers.
-	snap       *leasev1.Snapshot
-	snapAt     bucket.Instant
-	spentSince Cost   // spent locally since snapAt
-	active     uint32 // spenders holding a lease on the key, per the allocator
+	snap   *leasev1.Snapshot
+	snapAt bucket.Instant
+	active uint32 // spenders holding a lease on the key, per the allocator
 
 	// Spend rate, estimated at each call from spentTotal.
-	spentTotal         Cost
-	rateBase           Cost
-	rateAt             bucket.Instant
-	rateReq, rateTok   float64 // per second
-	lastCost           Cost
-	lastUse            bucket.Instant
-	fallback           bool   // fallback buckets (keyState.req/tok) are at fbLim
-	fbLim              Limits // the share the fallback buckets were made for
-	fallbackSinceCalls bool   // admitted in fallback since the last successful call
+	spentTotal       Cost
+	rateBase         Cost
+	rateAt           bucket.Instant
+	rateReq, rateTok float64 // per second
+	lastCost         Cost
+	lastUse          bucket.Instant
+	lowWater         Cost   // refresh when the lease falls below this plus a request
+	gen              uint32 // moves on each time the lease is seen to expire
+	fallback         bool   // fallback buckets (keyState.req/tok) are at fbLim
+	fbLim            Limits // the share the fallback buckets were made for
 }
 
 // valid reports whether the lease may be spent at now, dropping it if not:
-// budget from an expired lease is never spent (invariant 1).
+// budget from an expired lease is never spent (invariant 1). Dropping a
+// lease moves the generation on, so that reservations made from it know.
 func (ls *leaseState) valid(now bucket.Instant) bool {
 	if now < ls.expiry {
 		return true
 	}
-	ls.avail = Cost{}
+	if ls.avail != (Cost{}) || ls.gen == 0 {
+		ls.avail = Cost{}
+		ls.gen++
+	}
 	return false
 }
 
@@ -73,7 +78,6 @@ func (ls *leaseState) spend(lim Limits, c Cost, now bucket.Instant) {
 // record counts c as spent now, for the rate estimate and the headers.
 func (ls *leaseState) record(c Cost, now bucket.Instant) {
 	ls.spentTotal = add(ls.spentTotal, c)
-	ls.spentSince = add(ls.spentSince, c)
 	ls.lastCost = c
 	ls.lastUse = now
 }
@@ -81,13 +85,18 @@ func (ls *leaseState) record(c Cost, now bucket.Instant) {
 // settle applies a reservation's actual usage: a refund goes back into a
 // valid lease (or is lost with an expired one: returns cannot mint), an
 // overrun is taken from the lease and the rest becomes debt.
-func (ls *leaseState) settle(lim Limits, reserved, actual Cost, now bucket.Instant) {
+//
+// It needs no clock. A lease that expired since the reservation was made
+// has been seen to expire (its generation moved on) or has not been looked
+// at since: then a refund added to it is dropped at the next look, before
+// anyone can spend it, and an overrun taken from it consumes budget that
+// was granted and never returned.
+func (ls *leaseState) settle(lim Limits, reserved, actual Cost, gen uint32) {
 	reserved, actual = limitedPart(lim, reserved), limitedPart(lim, actual)
 	ls.outstanding = sub(ls.outstanding, reserved)
 	ls.outstanding = Cost{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
-	ls.spentSince = add(ls.spentSince, sub(actual, reserved))
 	ls.spentTotal = add(ls.spentTotal, sub(actual, reserved))
-	valid := ls.valid(now)
+	valid := gen == ls.gen
 	adjust := func(avail, debt *int64, r, a int64) {
 		switch {
 		case r > a && valid:
@@ -104,6 +113,20 @@ func (ls *leaseState) settle(lim Limits, reserved, actual Cost, now bucket.Insta
 	}
 	adjust(&ls.avail.Requests, &ls.debt.Requests, reserved.Requests, actual.Requests)
 	adjust(&ls.avail.Tokens, &ls.debt.Tokens, reserved.Tokens, actual.Tokens)
+}
+
+// trimTo makes the lease agree with what the allocator says this spender
+// holds: the allocator's word is authoritative (after it lost state it
+// could not vouch for, it counts old holdings as zero), so an unspent
+// lease above it is dropped. Unsettled requests stay admitted.
+func (ls *leaseState) trimTo(lim Limits, held Cost) {
+	local := add(ls.avail, ls.outstanding)
+	if lim.RPM > 0 && local.Requests > held.Requests {
+		ls.avail.Requests = max(0, ls.avail.Requests-(local.Requests-held.Requests))
+	}
+	if lim.TPM > 0 && local.Tokens > held.Tokens {
+		ls.avail.Tokens = max(0, ls.avail.Tokens-(local.Tokens-held.Tokens))
+	}
 }
 
 // updateRate refreshes the spend-rate estimate at now (an exponentially
@@ -135,13 +158,19 @@ func (ls *leaseState) need(lim Limits) Cost {
 }
 
 // want is what to ask for on top of the lease: spend rate × horizon plus
-// what the blocked Reserves wait for (a few requests' worth while the rate
-// is unknown), at least the need.
+// what the blocked Reserves wait for (a few requests' worth, at most an
+// eighth of the capacity, while the rate is unknown), at least the need.
 func (ls *leaseState) want(lim Limits, horizon time.Duration) Cost {
 	h := horizon.Seconds()
 	target := Cost{Requests: int64(ls.rateReq * h), Tokens: int64(ls.rateTok * h)}
 	if ls.rateReq == 0 && ls.rateTok == 0 {
-		target = Cost{Requests: 4 * max(1, ls.lastCost.Requests), Tokens: 4 * ls.lastCost.Tokens}
+		// No history yet: a few requests' worth, but never more than an
+		// eighth of the key's capacity, so that the first gateway to see a
+		// small key does not lease all of it while others see it empty.
+		target = Cost{
+			Requests: min(4*max(1, ls.lastCost.Requests), capacityOf(lim.RPM, lim.BurstRequests)/8),
+			Tokens:   min(4*ls.lastCost.Tokens, capacityOf(lim.TPM, lim.BurstTokens)/8),
+		}
 	}
 	target = add(target, ls.waitSum)
 	need := ls.need(lim)
@@ -152,10 +181,16 @@ func (ls *leaseState) want(lim Limits, horizon time.Duration) Cost {
 
 // low reports whether the lease has fallen below its low watermark: what
 // the key spends in lead time, plus the last request's cost.
-func (ls *leaseState) low(lim Limits, lead time.Duration) bool {
+func (ls *leaseState) low(lim Limits, c Cost) bool {
+	return (lim.RPM > 0 && ls.avail.Requests < ls.lowWater.Requests+c.Requests) ||
+		(lim.TPM > 0 && ls.avail.Tokens < ls.lowWater.Tokens+c.Tokens)
+}
+
+// setLowWater sizes the low watermark: what the key spends in lead time at
+// its estimated rate.
+func (ls *leaseState) setLowWater(lead time.Duration) {
 	s := lead.Seconds()
-	return (lim.RPM > 0 && float64(ls.avail.Requests) < ls.rateReq*s+float64(ls.lastCost.Requests)) ||
-		(lim.TPM > 0 && float64(ls.avail.Tokens) < ls.rateTok*s+float64(ls.lastCost.Tokens))
+	ls.lowWater = Cost{Requests: int64(ls.rateReq * s), Tokens: int64(ls.rateTok * s)}
 }
 
 // idle reports whether the state holds nothing and may be dropped.
@@ -173,17 +208,15 @@ func (ls *leaseState) idle(now bucket.Instant) bool {
 // spending since the last answer are not seen.
 func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
 	var s Status
+	age := int64(now - ls.snapAt)
 	dim := func(rate, burst int64, snap *leasev1.DimSnapshot, avail int64) (limit, remaining int64, reset time.Duration) {
 		limit = capacityOf(rate, burst)
 		remaining = max(0, avail)
 		if snap != nil {
-			age := now.Sub(ls.snapAt)
-			refill := int64(float64(rate) * age.Minutes())
-			remaining += min(limit, max(0, snap.GetRemaining())+max(0, refill))
+			remaining += min(limit, max(0, snap.GetRemaining())+mulDiv(rate, max(0, age), minuteUs, limit))
 		}
 		remaining = min(limit, remaining)
-		reset = time.Duration(float64(limit-remaining) / float64(rate) * float64(time.Minute))
-		return limit, remaining, reset.Round(time.Millisecond)
+		return limit, remaining, time.Duration(mulDiv(limit-remaining, minuteUs, rate, 1<<62)) * time.Microsecond
 	}
 	if lim.RPM > 0 {
 		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, lim.BurstRequests, ls.snap.GetRequests(), ls.avail.Requests)
@@ -192,6 +225,19 @@ func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
 		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, lim.BurstTokens, ls.snap.GetTokens(), ls.avail.Tokens)
 	}
 	return s
+}
+
+const minuteUs = int64(time.Minute / time.Microsecond)
+
+// mulDiv returns a*b/c rounded down for non-negative a, b and positive c,
+// or ceiling when the result would exceed it.
+func mulDiv(a, b, c, ceiling int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return ceiling
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return min(int64(min(q, 1<<63-1)), ceiling)
 }
 
 // capacityOf is a dimension's bucket capacity: the burst, or the rate.

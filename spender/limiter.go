@@ -165,34 +165,55 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, m
 	return r, now, nil
 }
 
-// lookupLocked returns key's state, creating it full or making it follow
+// lookupLocked returns key's state, creating it or making it follow
 // changed limits. It validates limits only when they differ from the
-// stored ones, so the steady state pays one comparison.
+// stored ones, so the steady state pays one comparison. A standalone key
+// starts with full buckets; a leased key starts holding no lease and only
+// records new limits (the allocator follows the latest it is sent).
 func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Instant) (*keyState, error) {
-	st := sh.keys[h]
-	for st != nil && st.key != key {
-		st = st.next
-	}
+	st := sh.findLocked(h, key)
 	if st != nil && st.lim == lim {
 		return st, nil
 	}
 	if err := validateLimits(lim); err != nil {
 		return nil, err
 	}
-	if st == nil {
-		return sh.insertLocked(h, key, lim, now), nil
+	switch {
+	case st == nil && sh.l.lz != nil:
+		// One allocation for both, so the hot path touches adjacent memory.
+		lk := &struct {
+			keyState
+			leaseState
+		}{}
+		lk.keyState = keyState{sh: sh, key: key, hash: h, lim: lim, ls: &lk.leaseState}
+		lk.leaseState.lastUse = now // not idle before it had a chance to be used
+		st = &lk.keyState
+		sh.linkLocked(st)
+	case st == nil:
+		st = newKeyState(sh, key, h, lim, now)
+		sh.linkLocked(st)
+	case st.ls != nil:
+		st.lim = lim
+	default:
+		st.setLimits(lim, now)
 	}
-	st.setLimits(lim, now)
 	return st, nil
 }
 
-// insertLocked adds a full state for key, which must not be present.
-func (sh *shard) insertLocked(h uint64, key string, lim Limits, now bucket.Instant) *keyState {
-	st := newKeyState(sh, key, h, lim, now)
-	st.next = sh.keys[h]
-	sh.keys[h] = st
-	sh.n++
+// findLocked returns key's state, or nil.
+func (sh *shard) findLocked(h uint64, key string) *keyState {
+	st := sh.keys[h]
+	for st != nil && st.key != key {
+		st = st.next
+	}
 	return st
+}
+
+// linkLocked adds st, whose key must not be present.
+func (sh *shard) linkLocked(st *keyState) {
+	st.next = sh.keys[st.hash]
+	sh.keys[st.hash] = st
+	sh.n++
 }
 
 // sweepLocked drops the state of every key in sh whose buckets are full at
@@ -293,12 +314,10 @@ func (r *reservation) Settle(actual Cost) {
 	// anew, full, if there is none) is where the adjustment belongs.
 	now := bucket.InstantOf(sh.l.epoch, sh.l.clock.Now())
 	if st.dead {
-		live := sh.keys[st.hash]
-		for live != nil && live.key != st.key {
-			live = live.next
-		}
+		live := sh.findLocked(st.hash, st.key)
 		if live == nil {
-			live = sh.insertLocked(st.hash, st.key, st.lim, now) // st.lim was validated when stored
+			live = newKeyState(sh, st.key, st.hash, st.lim, now) // st.lim was validated when stored
+			sh.linkLocked(live)
 		}
 		st = live
 	}

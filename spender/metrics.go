@@ -9,7 +9,8 @@ import (
 // Metrics are a Limiter's Prometheus metrics. Make them with NewMetrics,
 // which registers them on the registerer the caller chooses (there is no
 // global registry), and pass them with WithMetrics. One Metrics may serve
-// only one Limiter. A nil *Metrics records nothing.
+// only one Limiter. A nil *Metrics records nothing, and so does a standalone
+// Limiter: the metrics describe the leased mode.
 //
 // Names, all prefixed ration_spender_:
 //

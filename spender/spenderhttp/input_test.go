@@ -125,6 +125,9 @@ func TestMiddlewareOversizeCost(t *testing.T) {
 	if got := w.Header().Get("Retry-After"); got != "" {
 		t.Errorf("Retry-After %q on a request that can never fit", got)
 	}
+	if got := w.Header().Get("x-should-retry"); got != "false" {
+		t.Errorf("x-should-retry %q on a request that can never fit, want false", got)
+	}
 	if got := w.Header().Get("x-ratelimit-limit-tokens"); got != "1000" {
 		t.Errorf("limit-tokens %q", got)
 	}

@@ -185,7 +185,11 @@ func (s *stage) reject(w http.ResponseWriter, r *http.Request, p Principal, err 
 	switch {
 	case errors.As(err, &re):
 		s.cfg.setHeaders(w.Header(), re.Status)
-		if !re.Oversize {
+		if re.Oversize {
+			// Retrying cannot help: tell the OpenAI SDKs, which otherwise
+			// retry a 429 even without Retry-After.
+			w.Header()["X-Should-Retry"] = []string{"false"}
+		} else {
 			w.Header()[hdrRetryAfter] = []string{strconv.Itoa(spender.RetryAfterSeconds(re.RetryAfter))}
 		}
 		log.LogAttrs(ctx, slog.LevelDebug, "spenderhttp: rejected", slog.String("key", p.KeyID),

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// maxInstances bounds --instances.
+const maxInstances = 64
+
+// config is everything gateway-demo reads from flags and the environment.
+// Each flag has an environment variable RATION_DEMO_<FLAG> (upper case,
+// dashes as underscores); a flag on the command line wins.
+type config struct {
+	listen       string        // first instance's host:port; the others follow
+	instances    int           // gateway instances, 1 to maxInstances
+	keysFile     string        // "" = the built-in demo keys
+	dataDir      string        // the embedded allocator's directory
+	upstream     string        // "" = the echo engine
+	tokenize     string        // engine root whose /v1/tokenize counts prompts; "" = see counterURL
+	allocatorURL string        // "" = embedded allocator
+	tokenFile    string        // bearer token for the remote allocator
+	leaseTTL     time.Duration // the embedded allocator's lease TTL
+	echoDelay    time.Duration // echo engine: wait per streamed token
+	drain        time.Duration // on shutdown, how long in-flight requests may take
+	logLevel     slog.Level
+	upstreamKey  string // RATION_DEMO_UPSTREAM_KEY only: never a flag, so it stays out of ps
+}
+
+// defaultDataDir is where the embedded allocator keeps its store when
+// --data is not given: the user's cache directory, else the temp dir.
+func defaultDataDir() string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "ration", "gateway-demo")
+}
+
+func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("gateway-demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address of the first gateway instance; instance i listens on port+i, the echo engine after the last (port 0: any free ports)")
+	fs.IntVar(&c.instances, "instances", 3, fmt.Sprintf("gateway instances, 1 to %d", maxInstances))
+	fs.StringVar(&c.keysFile, "keys", "", `API keys file: JSON [{"key","id","tenant","rpm","tpm"}] (default: the built-in demo keys)`)
+	fs.StringVar(&c.dataDir, "data", defaultDataDir(), "data directory of the embedded allocator (its bbolt store, allocator.db)")
+	fs.StringVar(&c.upstream, "upstream", "", "OpenAI-compatible engine to proxy to, e.g. http://127.0.0.1:8000 (vLLM), :8081 (llama.cpp), :11434 (Ollama); default: the built-in echo engine")
+	fs.StringVar(&c.tokenize, "tokenize", "", "engine root whose POST /v1/tokenize {model,text} counts prompt tokens (default: the echo engine; with -upstream, none: bytes/4)")
+	fs.StringVar(&c.allocatorURL, "allocator", "", "URL of a remote allocator (cmd/allocator), e.g. http://127.0.0.1:7450; default: an embedded one")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for -allocator (the first token in it)")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", 10*time.Second, "embedded allocator: lease time to live; enters the bound C + rate*(t + TTL)")
+	fs.DurationVar(&c.echoDelay, "echo-delay", 0, "echo engine: wait before each streamed token (e.g. 50ms, to watch streaming)")
+	fs.DurationVar(&c.drain, "drain", 10*time.Second, "on Ctrl-C, how long in-flight requests may take before they are cut")
+	level := fs.String("log-level", "info", "debug, info, warn or error")
+
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "RATION_DEMO_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return c, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return c, fmt.Errorf("-log-level: %w", err)
+	}
+	c.upstreamKey = getenv("RATION_DEMO_UPSTREAM_KEY")
+	return c, c.validate()
+}
+
+func (c config) validate() error {
+	switch {
+	case c.instances < 1 || c.instances > maxInstances:
+		return fmt.Errorf("-instances %d: want 1 to %d", c.instances, maxInstances)
+	case c.tokenFile != "" && c.allocatorURL == "":
+		return errors.New("-token-file is for -allocator; the embedded allocator needs no token")
+	case c.allocatorURL != "" && c.tokenFile == "":
+		return errors.New("-allocator needs -token-file (the allocator's bearer token)")
+	case c.allocatorURL == "" && c.dataDir == "":
+		return errors.New("-data must not be empty")
+	case c.leaseTTL < time.Millisecond || c.leaseTTL > time.Hour:
+		return fmt.Errorf("-lease-ttl %v: want 1ms to 1h", c.leaseTTL)
+	case c.echoDelay < 0 || c.drain < 0:
+		return errors.New("-echo-delay and -drain must not be negative")
+	}
+	_, _, err := c.addrs()
+	return err
+}
+
+// addrs returns the listen addresses of the instances and of the echo
+// engine: consecutive ports from --listen, or all port 0.
+func (c config) addrs() (gateways []string, echo string, err error) {
+	host, portStr, err := net.SplitHostPort(c.listen)
+	if err != nil {
+		return nil, "", fmt.Errorf("-listen %q: %w", c.listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, "", fmt.Errorf("-listen %q: bad port", c.listen)
+	}
+	at := func(i int) string {
+		if port == 0 {
+			return net.JoinHostPort(host, "0")
+		}
+		return net.JoinHostPort(host, strconv.Itoa(port+i))
+	}
+	if port != 0 && port+c.instances > 65535 {
+		return nil, "", fmt.Errorf("-listen %q: %d instances and the engine do not fit below port 65536", c.listen, c.instances)
+	}
+	for i := range c.instances {
+		gateways = append(gateways, at(i))
+	}
+	return gateways, at(c.instances), nil
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfigDefaults(t *testing.T) {
+	c, err := parseConfig(nil, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gws, eng, _ := c.addrs()
+	if c.instances != 3 || c.upstream != "" || c.allocatorURL != "" || c.keysFile != "" || c.dataDir == "" ||
+		c.leaseTTL != 10*time.Second || c.logLevel != slog.LevelInfo {
+		t.Errorf("defaults %+v", c)
+	}
+	if strings.Join(gws, " ") != "127.0.0.1:8080 127.0.0.1:8081 127.0.0.1:8082" || eng != "127.0.0.1:8083" {
+		t.Errorf("addresses %v, engine %s", gws, eng)
+	}
+}
+
+func TestParseConfigEnvAndFlags(t *testing.T) {
+	env := map[string]string{
+		"RATION_DEMO_INSTANCES":    "5",
+		"RATION_DEMO_LISTEN":       "127.0.0.1:9000",
+		"RATION_DEMO_UPSTREAM":     "http://127.0.0.1:8000",
+		"RATION_DEMO_UPSTREAM_KEY": "up-secret",
+	}
+	c, err := parseConfig([]string{"-instances", "2", "-log-level", "debug"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gws, eng, _ := c.addrs()
+	if c.instances != 2 || c.upstream != "http://127.0.0.1:8000" || c.upstreamKey != "up-secret" || c.logLevel != slog.LevelDebug {
+		t.Errorf("config %+v: the flag must win over the env, the env over the default", c)
+	}
+	if strings.Join(gws, " ") != "127.0.0.1:9000 127.0.0.1:9001" || eng != "127.0.0.1:9002" {
+		t.Errorf("addresses %v %s", gws, eng)
+	}
+}
+
+func TestParseConfigRejects(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"-instances", "0"}, nil, "-instances 0"},
+		{[]string{"-instances", "65"}, nil, "-instances 65"},
+		{[]string{"-token-file", "t"}, nil, "-token-file is for -allocator"},
+		{[]string{"-allocator", "http://127.0.0.1:7450"}, nil, "needs -token-file"},
+		{[]string{"-listen", "nope"}, nil, "-listen"},
+		{[]string{"-listen", "127.0.0.1:65534"}, nil, "do not fit"},
+		{[]string{"-lease-ttl", "0s"}, nil, "-lease-ttl"},
+		{[]string{"-log-level", "loud"}, nil, "-log-level"},
+		{[]string{"extra"}, nil, "unexpected arguments"},
+		{nil, map[string]string{"RATION_DEMO_INSTANCES": "many"}, "RATION_DEMO_INSTANCES"},
+	}
+	for _, tt := range tests {
+		_, err := parseConfig(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v %v: error %v, want %q", tt.args, tt.env, err, tt.want)
+		}
+	}
+}

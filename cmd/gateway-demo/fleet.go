@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rationhq/ration/echo"
+	"github.com/rationhq/ration/gateway"
+	"github.com/rationhq/ration/spender"
+	"github.com/rationhq/ration/spender/spenderhttp"
+)
+
+// deps are what the process provides and tests replace.
+type deps struct {
+	clock  spender.Clock // nil: the system clock
+	out    io.Writer     // the banner
+	logOut io.Writer     // logs
+}
+
+// instance is one running gateway.
+type instance struct {
+	url     string // http://host:port
+	limiter *spender.Limiter
+	srv     *http.Server
+	done    chan error // Serve's result
+}
+
+// fleet is everything gateway-demo runs.
+type fleet struct {
+	cfg       config
+	log       *slog.Logger
+	keys      *gateway.Keyring
+	demoKeys  bool // keys are the built-in ones (the banner may print them)
+	source    *leaseSource
+	engine    *http.Server // nil with -upstream
+	engineURL string       // the echo engine's or -upstream's root
+	instances []*instance
+}
+
+// run starts the fleet, prints the banner and serves until ctx is done,
+// then stops it.
+func run(ctx context.Context, cfg config, d deps) error {
+	f, err := start(ctx, cfg, d)
+	if err != nil {
+		return err
+	}
+	f.banner(d.out)
+	<-ctx.Done()
+	f.log.Info("gateway-demo: shutting down")
+	return f.stop()
+}
+
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	if w == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: cfg.logLevel}))
+}
+
+// start binds every listener, opens the lease source and starts serving.
+// On error, whatever started is stopped again.
+func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
+	if d.clock == nil {
+		d.clock = spender.SystemClock{}
+	}
+	f := &fleet{cfg: cfg, log: newLogger(cfg, d.logOut)}
+	defer func() {
+		if err != nil {
+			f.stop()
+		}
+	}()
+	if cfg.keysFile != "" {
+		f.keys, err = gateway.LoadKeys(cfg.keysFile)
+	} else {
+		f.keys, err = gateway.NewKeyring(gateway.DemoKeys())
+		f.demoKeys = true
+	}
+	if err != nil {
+		return nil, err
+	}
+	gwAddrs, engineAddr, err := cfg.addrs()
+	if err != nil {
+		return nil, err
+	}
+	listeners := make([]net.Listener, 0, len(gwAddrs))
+	for _, a := range gwAddrs {
+		ln, err := listen(a)
+		if err != nil {
+			closeAll(listeners)
+			return nil, err
+		}
+		listeners = append(listeners, ln)
+	}
+
+	upstream := cfg.upstream
+	if upstream == "" {
+		ln, err := listen(engineAddr)
+		if err != nil {
+			closeAll(listeners)
+			return nil, err
+		}
+		eng := echo.New(echo.WithClock(d.clock), echo.WithTokenDelay(cfg.echoDelay),
+			echo.WithLogger(f.log.With("component", "echo")))
+		f.engine = newServer(eng, f.log)
+		go func() { _ = f.engine.Serve(ln) }()
+		upstream = "http://" + ln.Addr().String()
+	}
+	up, err := gateway.ParseUpstream(upstream)
+	if err != nil {
+		closeAll(listeners)
+		return nil, fmt.Errorf("-upstream: %w", err)
+	}
+	f.engineURL = up.String()
+
+	if f.source, err = openLeaseSource(ctx, cfg, d.clock, f.log); err != nil {
+		closeAll(listeners)
+		return nil, err
+	}
+	counter := f.counter()
+	for i, ln := range listeners {
+		inst, err := f.startInstance(i, ln, up, counter, d.clock)
+		if err != nil {
+			closeAll(listeners[i:])
+			return nil, err
+		}
+		f.instances = append(f.instances, inst)
+	}
+	return f, nil
+}
+
+// counter is the prompt tokenizer: -tokenize, else the echo engine, else
+// none (bytes/4).
+func (f *fleet) counter() spenderhttp.Counter {
+	switch {
+	case f.cfg.tokenize != "":
+		return spenderhttp.TokenizeCounter{BaseURL: f.cfg.tokenize}
+	case f.engine != nil:
+		return spenderhttp.TokenizeCounter{BaseURL: f.engineURL}
+	}
+	return nil
+}
+
+func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, counter spenderhttp.Counter, clock spender.Clock) (*instance, error) {
+	log := f.log.With("instance", i+1)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	lim, err := newLimiter(i, f.source.src, clock, reg, f.log)
+	if err != nil {
+		return nil, err
+	}
+	g, err := gateway.New(f.keys, lim, up, gateway.WithRegistry(reg), gateway.WithLogger(log),
+		gateway.WithCounter(counter), gateway.WithUpstreamKey(f.cfg.upstreamKey),
+		gateway.WithLimitOptions(spenderhttp.WithClock(clock)))
+	if err != nil {
+		_ = lim.Close(context.Background())
+		return nil, err
+	}
+	inst := &instance{url: "http://" + ln.Addr().String(), limiter: lim, srv: newServer(g, log), done: make(chan error, 1)}
+	go func() { inst.done <- inst.srv.Serve(ln) }()
+	log.Info("gateway-demo: instance listening", "url", inst.url)
+	return inst, nil
+}
+
+// stop stops the instances (stopInstances), then closes the allocator
+// and the engine. It reports the failures but always does every step.
+func (f *fleet) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.drain+5*time.Second)
+	defer cancel()
+	errs := []error{f.stopInstances(ctx)}
+	if f.source != nil && f.source.close != nil {
+		if err := f.source.close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing the allocator: %w", err))
+		}
+	}
+	if f.engine != nil {
+		if err := f.engine.Shutdown(ctx); err != nil {
+			f.engine.Close()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	f.log.Info("gateway-demo: stopped; every lease returned", "instances", len(f.instances))
+	return nil
+}
+
+// stopInstances drains every instance (in-flight requests get up to
+// cfg.drain), then closes its Limiter, which returns its unspent leases to
+// the allocator. Calling it again does nothing more.
+func (f *fleet) stopInstances(ctx context.Context) error {
+	var errs []error
+	drainCtx, cancelDrain := context.WithTimeout(ctx, f.cfg.drain)
+	defer cancelDrain()
+	for _, inst := range f.instances {
+		if err := inst.srv.Shutdown(drainCtx); err != nil {
+			errs = append(errs, fmt.Errorf("draining %s: %w", inst.url, err))
+			inst.srv.Close()
+		}
+	}
+	for i, inst := range f.instances {
+		if err := inst.limiter.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("returning the leases of instance %d: %w", i+1, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newServer serves h over HTTP/1.1 and h2c.
+func newServer(h http.Handler, log *slog.Logger) *http.Server {
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+}
+
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w (pass -listen HOST:PORT for other ports)", addr, err)
+	}
+	return ln, nil
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rationhq/ration/gateway"
+	"github.com/rationhq/ration/spender"
+)
+
+// syncBuffer collects logs from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// writeKeys writes keys as a keys file in a temp dir and returns its path.
+func writeKeys(t *testing.T, keys []gateway.Key) string {
+	t.Helper()
+	b, err := json.Marshal(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "keys.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// testConfig is the demo on free loopback ports with a temp data dir.
+func testConfig(t *testing.T, instances int, keysFile string) config {
+	return config{
+		listen:    "127.0.0.1:0",
+		instances: instances,
+		keysFile:  keysFile,
+		dataDir:   t.TempDir(),
+		leaseTTL:  10 * time.Second,
+		drain:     2 * time.Second,
+		logLevel:  slog.LevelDebug,
+	}
+}
+
+// startFleet starts the demo and stops it when the test ends, printing
+// its logs if the test failed.
+func startFleet(t *testing.T, cfg config, clock spender.Clock) *fleet {
+	t.Helper()
+	logs := &syncBuffer{}
+	f, err := start(t.Context(), cfg, deps{clock: clock, logOut: logs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("demo logs:\n%s", logs.String())
+		}
+	})
+	return f
+}

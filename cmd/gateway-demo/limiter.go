@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/spender"
+	bolterrors "go.etcd.io/bbolt/errors"
+)
+
+// newLimiter builds gateway instance i's Limiter, spending leases from
+// src: every instance then admits only what the allocator granted it
+// out of each key's global budget. Its metrics go to reg (the instance's
+// /metrics). This is the one place that decides how instances limit.
+func newLimiter(i int, src spender.LeaseSource, clock spender.Clock, reg prometheus.Registerer, log *slog.Logger) (*spender.Limiter, error) {
+	m, err := spender.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return spender.New(clock,
+		spender.WithLeases(src),
+		spender.WithSpenderID(fmt.Sprintf("gateway-demo-%d", i+1)),
+		spender.WithMetrics(m),
+		spender.WithLogger(log.With("instance", i+1)),
+	), nil
+}
+
+// leaseSource is where the instances get leases, and how to let go of it.
+type leaseSource struct {
+	src    spender.LeaseSource
+	ledger *allocator.Ledger // the embedded allocator's; nil for a remote one
+	desc   string            // for the banner
+	close  func() error      // closes the embedded ledger; nil for a remote one
+}
+
+// openLeaseSource opens the embedded allocator (a bbolt ledger in
+// cfg.dataDir, served in process) or a client of the remote one at
+// cfg.allocatorURL.
+func openLeaseSource(ctx context.Context, cfg config, clock spender.Clock, log *slog.Logger) (*leaseSource, error) {
+	if cfg.allocatorURL != "" {
+		return remoteSource(cfg)
+	}
+	if err := os.MkdirAll(cfg.dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	path := filepath.Join(cfg.dataDir, "allocator.db")
+	led, err := allocator.Open(path, allocator.WithClock(clock), allocator.WithTTL(cfg.leaseTTL),
+		allocator.WithLogger(log.With("component", "allocator")))
+	if err != nil {
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			return nil, fmt.Errorf("%w (is another gateway-demo using %s? pass -data DIR)", err, cfg.dataDir)
+		}
+		return nil, err
+	}
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() { // drop idle keys and sessions, as cmd/allocator does
+		defer close(swept)
+		t := time.NewTicker(max(cfg.leaseTTL, time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-sweepCtx.Done():
+				return
+			case <-t.C:
+				if _, _, err := led.Sweep(sweepCtx); err != nil && sweepCtx.Err() == nil {
+					log.Warn("gateway-demo: allocator sweep", "err", err)
+				}
+			}
+		}
+	}()
+	return &leaseSource{
+		src:    allocator.NewService(led, allocator.WithServiceLogger(log.With("component", "allocator"))),
+		ledger: led,
+		desc:   "embedded, ledger in " + path,
+		close: func() error {
+			stopSweep()
+			<-swept
+			return led.Close()
+		},
+	}, nil
+}
+
+// remoteSource is a client of cmd/allocator at cfg.allocatorURL (h2c for
+// http://, HTTP/2 over TLS for https://), authenticated with the first
+// token of cfg.tokenFile.
+func remoteSource(cfg config) (*leaseSource, error) {
+	src, err := spender.DialAllocator(cfg.allocatorURL, spender.WithTokenFile(cfg.tokenFile))
+	if err != nil {
+		return nil, fmt.Errorf("-allocator: %w", err)
+	}
+	return &leaseSource{src: src, desc: "remote, " + cfg.allocatorURL}, nil
+}

@@ -1,0 +1,70 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+
+	"github.com/rationhq/ration/internal/oaierror"
+)
+
+// statusClientClosed is nginx's "client closed request" status.
+const statusClientClosed = 499
+
+// ParseUpstream parses an engine's base URL: an absolute http or https
+// URL such as "http://127.0.0.1:8000". A trailing "/v1" (how OpenAI
+// clients are often configured) is dropped, since request paths already
+// start with /v1. Errors wrap ErrBadUpstream.
+func ParseUpstream(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadUpstream, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: %q: want http://host[:port] or https://host[:port]", ErrBadUpstream, raw)
+	}
+	u.Path = strings.TrimSuffix(strings.TrimSuffix(u.Path, "/"), "/v1")
+	u.RawPath = ""
+	return u, nil
+}
+
+// newProxy returns the reverse proxy to upstream. It streams: responses
+// are flushed on every write (FlushInterval -1), so SSE events reach the
+// client as the engine sends them. The client's Authorization is never
+// forwarded; upstreamKey, if not empty, is sent instead as a bearer
+// token. Accept-Encoding is set to identity so the limit stage can read
+// usage from the answer. An unreachable upstream is answered 502 in the
+// OpenAI error shape; a client that left gets 499 and no body.
+func newProxy(upstream *url.URL, transport http.RoundTripper, upstreamKey string, logger *slog.Logger, onError func()) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.Out.Host = upstream.Host
+			pr.Out.Header.Del("Authorization")
+			if upstreamKey != "" {
+				pr.Out.Header.Set("Authorization", "Bearer "+upstreamKey)
+			}
+			pr.Out.Header.Set("Accept-Encoding", "identity")
+			pr.SetXForwarded()
+		},
+		Transport:     transport,
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				w.WriteHeader(statusClientClosed)
+				return
+			}
+			onError()
+			logger.LogAttrs(r.Context(), slog.LevelWarn, "gateway: upstream failed",
+				slog.String("path", r.URL.Path), slog.Any("err", err))
+			oaierror.Write(w, http.StatusBadGateway, oaierror.TypeServer, "upstream_unavailable", "",
+				"The inference engine behind this gateway did not answer; try again shortly.")
+		},
+	}
+}

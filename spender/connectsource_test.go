@@ -1,0 +1,91 @@
+package spender_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect/v2"
+	"connectrpc.com/connect/v2/connecthttp"
+
+	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/internal/fakeclock"
+	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
+	"github.com/rationhq/ration/spender"
+)
+
+// serveAllocator serves an in-memory allocator over h2c on loopback,
+// requiring token, and returns its base URL.
+func serveAllocator(t *testing.T, clk *fakeclock.Clock, token string) string {
+	t.Helper()
+	srv := connect.NewServer(allocator.BearerAuth([]string{token}))
+	leasev1connect.RegisterLeaseServiceHandler(srv, newAllocator(t, clk))
+	mux := http.NewServeMux()
+	connecthttp.Mount(mux, srv)
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	hs := &http.Server{Handler: mux, Protocols: p}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// TestDialAllocator: a leased Limiter over the network, in each protocol,
+// with the bearer token from a file; a wrong token is refused and the
+// Limiter degrades to its fallback policy instead of failing requests.
+func TestDialAllocator(t *testing.T) {
+	clk := fakeclock.New()
+	base := serveAllocator(t, clk, "s3cret")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("# the allocator's token\ns3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lim := spender.Limits{RPM: 60, TPM: 6000}
+	for _, proto := range []string{"connect", "grpc", "grpcweb"} {
+		t.Run(proto, func(t *testing.T) {
+			src, err := spender.DialAllocator(base, spender.WithTokenFile(tokenFile), spender.WithProtocol(proto))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newLeased(t, clk, src, spender.WithSpenderID("gw-"+proto))
+			r := mustReserve(t, l, "key-"+proto, lim, spender.Cost{Requests: 1, Tokens: 100})
+			if s := r.Status(); s.RemainingRequests != 59 || s.RemainingTokens != 5900 {
+				t.Fatalf("status over %s = %+v", proto, s)
+			}
+		})
+	}
+	t.Run("wrong token", func(t *testing.T) {
+		src, err := spender.DialAllocator(base, spender.WithToken("nope"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := src.Acquire(context.Background(), nil); connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Fatalf("Acquire with a wrong token = %v, want Unauthenticated", err)
+		}
+		l := newLeased(t, clk, src, spender.WithFallback(spender.FailClosed), spender.WithSlowPathDeadline(50*time.Millisecond))
+		if _, err := l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
+			t.Fatalf("Reserve with a refused token under FailClosed = %v, want a rejection", err)
+		}
+	})
+	for _, bad := range []string{"", "ftp://x", "localhost:1", "http://"} {
+		if _, err := spender.DialAllocator(bad); err == nil {
+			t.Errorf("DialAllocator(%q) accepted", bad)
+		}
+	}
+	if _, err := spender.DialAllocator(base, spender.WithProtocol("smtp")); err == nil {
+		t.Error("an unknown protocol was accepted")
+	}
+	if _, err := spender.DialAllocator(base, spender.WithTokenFile(filepath.Join(t.TempDir(), "missing"))); err == nil {
+		t.Error("a missing token file was accepted")
+	}
+}

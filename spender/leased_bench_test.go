@@ -1,0 +1,97 @@
+package spender_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rationhq/ration/allocator"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/spender"
+)
+
+// The leased benchmarks run the Limiter on leases from an in-process
+// allocator on the real clock, beside the standalone Limiter in the same
+// run, and report allocator calls per admitted request.
+//
+//	go test -run '^$' -bench 'Leased|ReserveSettle/ration' -benchmem -count 5 ./spender
+
+// countingSource counts calls that reach the allocator.
+type countingSource struct {
+	spender.LeaseSource
+	calls atomic.Int64
+}
+
+func (c *countingSource) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	c.calls.Add(1)
+	return c.LeaseSource.Acquire(ctx, r)
+}
+
+var leasedBenchLimits = spender.Limits{RPM: 1_000_000_000_000, TPM: 1_000_000_000_000}
+
+func newBenchAllocator(b *testing.B) *countingSource {
+	led, err := allocator.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { led.Close() })
+	return &countingSource{LeaseSource: allocator.NewService(led)}
+}
+
+func benchLeased(b *testing.B, keys []string) {
+	src := newBenchAllocator(b)
+	l := spender.New(spender.SystemClock{}, spender.WithLeases(src))
+	defer l.Close(context.Background())
+	c := spender.Cost{Requests: 1, Tokens: 300}
+	used := spender.Cost{Requests: 1, Tokens: 120}
+	// Warm up with the same round-robin traffic for a second, so every
+	// key's spend rate is known and its lease sized for it.
+	for i, start := 0, time.Now(); time.Since(start) < time.Second; i++ {
+		r, err := l.Reserve(ctx, keys[i%len(keys)], leasedBenchLimits, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Settle(used)
+	}
+	src.calls.Store(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for i := 0; b.Loop(); i++ {
+		r, err := l.Reserve(ctx, keys[i%len(keys)], leasedBenchLimits, c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Settle(used)
+		n++
+	}
+	b.ReportMetric(float64(src.calls.Load())/float64(n), "calls/op")
+}
+
+func BenchmarkLeasedReserveSettle(b *testing.B) {
+	b.Run("leased/1key", func(b *testing.B) { benchLeased(b, benchKeys(1)) })
+	b.Run("standalone/1key", func(b *testing.B) { benchOurs(b, benchKeys(1)) })
+	b.Run("leased/10kkeys", func(b *testing.B) { benchLeased(b, benchKeys(10_000)) })
+	b.Run("standalone/10kkeys", func(b *testing.B) { benchOurs(b, benchKeys(10_000)) })
+}
+
+// BenchmarkLeasedSlowPath measures a request that finds no lease: a new
+// key each time, so every Reserve waits for an Acquire to the in-process
+// allocator (the floor of the slow path; over the network add the round
+// trip, see docs/results.md).
+func BenchmarkLeasedSlowPath(b *testing.B) {
+	src := newBenchAllocator(b)
+	l := spender.New(spender.SystemClock{}, spender.WithLeases(src), spender.WithBatchWindow(0))
+	defer l.Close(context.Background())
+	lim := spender.Limits{RPM: 600, TPM: 60_000}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		r, err := l.Reserve(ctx, "slow-"+strconv.Itoa(i), lim, spender.Cost{Requests: 1, Tokens: 300})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Settle(spender.Cost{Requests: 1, Tokens: 300})
+	}
+}
