@@ -143,20 +143,28 @@ func newBenchService(b *testing.B, durable bool) *allocator.Service {
 	return allocator.NewService(l)
 }
 
-// echoService answers Acquire with a reply of the same shape, doing no
-// work: the framework's cost for the same messages.
+// echoService answers every Acquire with one prebuilt reply: a real
+// allocator reply for the same request shape, so the bytes on the wire (and
+// the framework's marshaling work) are the same as the allocator's, while
+// the handler itself does nothing.
 type echoService struct {
 	leasev1connect.UnimplementedLeaseServiceHandler
+	reply *leasev1.AcquireResponse
 }
 
-func (echoService) Acquire(_ context.Context, req *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
-	out := &leasev1.AcquireResponse{LeaseTtlUs: 10_000_000, Keys: make([]*leasev1.KeyGrant, len(req.GetKeys()))}
-	for i, k := range req.GetKeys() {
-		out.Keys[i] = &leasev1.KeyGrant{Status: leasev1.GrantStatus_GRANT_STATUS_OK, Granted: k.GetWant(), Returned: &leasev1.Amount{},
-			Held: k.GetWant(), Snapshot: &leasev1.Snapshot{Requests: &leasev1.DimSnapshot{Limit: 1}, Tokens: &leasev1.DimSnapshot{Limit: 1}},
-			ActiveSpenders: 1}
+func newEchoService(b *testing.B, n int) echoService {
+	b.Helper()
+	req := benchRequest(n, "template")
+	req.Caller.SpenderId, req.Caller.Sequence = "template", 1
+	reply, err := newBenchService(b, false).Acquire(context.Background(), req)
+	if err != nil {
+		b.Fatal(err)
 	}
-	return out, nil
+	return echoService{reply: reply}
+}
+
+func (e echoService) Acquire(context.Context, *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	return e.reply, nil
 }
 
 func serveLoopback(b *testing.B, h leasev1connect.LeaseServiceHandler) string {
@@ -197,7 +205,7 @@ func BenchmarkLoopback(b *testing.B) {
 		for _, n := range []int{1, 64} {
 			for _, handler := range []string{"echo", "allocator"} {
 				b.Run(fmt.Sprintf("%s/keys=%d/%s", proto, n, handler), func(b *testing.B) {
-					var h leasev1connect.LeaseServiceHandler = echoService{}
+					var h leasev1connect.LeaseServiceHandler = newEchoService(b, n)
 					if handler == "allocator" {
 						h = newBenchService(b, true)
 					}

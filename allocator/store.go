@@ -77,6 +77,10 @@ type store struct {
 	durable    uint64     // log position up to which everything is durable
 	arrived    int        // calls that entered sync since the last commit began
 	lastBatch  int        // calls that entered sync during the previous commit cycle
+
+	// Journal chunk buffers, owned by the commit in flight: in use until
+	// its transaction ends (bbolt keeps Put values until then), then spare.
+	used, spare [][]byte
 }
 
 // markKey records that key name changed; ks is its state, nil if deleted.
@@ -167,6 +171,11 @@ func (st *store) sync(context.Context) error {
 	if st.obs != nil {
 		st.obs(time.Since(start), err)
 	}
+	if len(st.spare) < 256 { // keep at most ~1 MiB of buffers
+		st.spare = append(st.spare, st.used...)
+	}
+	clear(st.used)
+	st.used = st.used[:0]
 	if err == nil {
 		st.l.mu.Lock()
 		st.trim(end)
@@ -209,7 +218,7 @@ func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 	j := tx.Bucket(bucketJournal)
 	j.FillPercent = 1 // append-only: full pages
 	var chunk uint16
-	e := enc{b: make([]byte, 0, journalChunk+512)}
+	e := enc{b: st.buffer()}
 	flush := func() error {
 		if len(e.b) == 0 {
 			return nil
@@ -220,7 +229,7 @@ func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 		}
 		st.journalBytes.Add(int64(len(e.b)))
 		chunk++
-		e.b = make([]byte, 0, journalChunk+512) // bbolt keeps the value until commit
+		e.b = st.buffer() // bbolt keeps the value until the commit ends
 		return nil
 	}
 	var val enc
@@ -264,6 +273,18 @@ func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 		}
 	}
 	return flush()
+}
+
+// buffer returns an empty chunk buffer for the commit in flight.
+func (st *store) buffer() []byte {
+	var b []byte
+	if n := len(st.spare); n > 0 {
+		b, st.spare = st.spare[n-1][:0], st.spare[:n-1]
+	} else {
+		b = make([]byte, 0, journalChunk+512)
+	}
+	st.used = append(st.used, b)
+	return b
 }
 
 // checkpoint replays the journal into the keys and sessions buckets (each
