@@ -32,7 +32,7 @@ func defaultConfig() config {
 		policy:    ShareByRate{},
 		logger:    slog.New(slog.DiscardHandler),
 		retention: time.Hour,
-		linger:    200 * time.Microsecond,
+		linger:    time.Millisecond,
 	}
 }
 
@@ -61,7 +61,7 @@ func WithSessionRetention(d time.Duration) Option {
 
 // WithCommitLinger sets how long a group commit waits for more calls
 // before it starts, when the previous commit was shared by several calls
-// (a lone caller never waits); default 200 µs, 0 disables. It trades that
+// (a lone caller never waits); default 1 ms, 0 disables. It trades that
 // much latency under load for fewer fsyncs per call.
 func WithCommitLinger(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.linger = d })
