@@ -86,9 +86,8 @@ func (k *keyState) rateSum() (r Amount) {
 	return r
 }
 
-// touch brings the key to now: refill, enforce the level cap against every
-// holding that was live since the last touch (before dropping the expired
-// ones, so the cap is never looser than a continuous one), then expire.
+// touch brings the key to now: refill, enforce the level cap, drop expired
+// holdings.
 //
 // Holdings stop counting at their own expiry, not at the next touch: the
 // refill is advanced through each expiry up to now in turn, with the cap
