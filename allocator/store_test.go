@@ -161,13 +161,7 @@ func TestStoreConcurrentCallsArePrefixConsistent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	before := dump(l)
-	l.Close()
-	l2 := openLedger(t, path, clk)
-	defer l2.Close()
-	if dump(l2) != before {
-		t.Fatal("durable state differs from memory after concurrent calls")
-	}
+	reopenSame(t, l, path, clk).Close()
 }
 
 func TestOpenRejectsOtherFormats(t *testing.T) {
@@ -209,16 +203,27 @@ func TestStoreCheckpointKeepsState(t *testing.T) {
 			}
 		}
 	}
-	before := dump(l)
-	l.Close()
-	l2 := openLedger(t, path, clk)
+	l2 := reopenSame(t, l, path, clk)
 	defer l2.Close()
-	if dump(l2) != before {
-		t.Fatal("state differs after checkpoints and replay")
-	}
 	var journal int
 	l2.st.db.View(func(tx *bolt.Tx) error { journal = tx.Bucket(bucketJournal).Stats().KeyN; return nil })
 	if journal != 0 {
 		t.Fatalf("journal holds %d entries after open", journal)
 	}
+}
+
+// reopenSame closes l, opens its store again and fails the test unless the
+// reopened ledger's state is exactly l's.
+func reopenSame(t *testing.T, l *Ledger, path string, clk Clock) *Ledger {
+	t.Helper()
+	before := dump(l)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2 := openLedger(t, path, clk)
+	if dump(l2) != before {
+		l2.Close()
+		t.Fatal("state after reopening differs from the state at close")
+	}
+	return l2
 }
