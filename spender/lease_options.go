@@ -148,8 +148,10 @@ func WithMaintenanceInterval(d time.Duration) Option {
 	})
 }
 
-// WithCallTimeout bounds one attempt of an allocator call; a timed-out
-// attempt is retried with backoff. The default is 2s; d <= 0 keeps it.
+// WithCallTimeout caps how long one attempt of an allocator call may take
+// before it is retried (with backoff, same sequence and body). Within the
+// cap an attempt waits ten measured round trips, at least 25ms. The
+// default cap is 2s; d <= 0 keeps it.
 func WithCallTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d > 0 {

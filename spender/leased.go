@@ -22,20 +22,13 @@ func oversize(lim Limits, c Cost) (Dimension, bool) {
 // reserveLeased is Reserve and ReserveAt (ahead) on a leased Limiter.
 func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim Limits, c Cost, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
 	lz := l.lz
-	sh := &l.shards[h&l.mask]
 	now := l.clock.Now()
 	inst := bucket.InstantOf(l.epoch, now)
-
-	sh.mu.Lock()
-	if inst >= sh.sweepAt || sh.n >= sh.sweepLen {
-		sh.sweepLocked(inst)
-	}
-	st, err := sh.lookupLocked(h, key, lim, inst)
+	st, err := l.lockKey(h, key, lim, inst)
 	if err != nil {
-		sh.mu.Unlock()
 		return nil, time.Time{}, err
 	}
-	ls := st.ls
+	sh, ls := st.sh, st.ls
 	if dim, big := oversize(lim, c); big {
 		rej := &RejectError{Status: ls.status(lim, inst), Dimension: dim, Oversize: true, Cost: c}
 		sh.mu.Unlock()
@@ -198,7 +191,11 @@ func (l *Limiter) fallbackLocked(st *keyState, c Cost, now bucket.Instant) (Rese
 		}
 		share := shareOf(st.lim, int64(n))
 		if !ls.fallback || ls.fbLim != share {
-			fresh := newKeyState(st.sh, st.key, st.hash, share, now) // full buckets at the share
+			// Buckets at the share that start empty: the global bucket was
+			// probably spent when the allocator went away, and a full start
+			// would add a burst of the whole capacity across the fleet.
+			fresh := newKeyState(st.sh, st.key, st.hash, share, now)
+			fresh.take(Cost{Requests: capacityOf(share.RPM, share.BurstRequests), Tokens: capacityOf(share.TPM, share.BurstTokens)})
 			st.req, st.tok = fresh.req, fresh.tok
 			ls.fallback, ls.fbLim = true, share
 		}

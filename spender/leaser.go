@@ -131,6 +131,14 @@ func (lz *leaser) poke() {
 	}
 }
 
+// attemptTimeout bounds one attempt of a call: ten round trips as measured
+// so far, at least 25ms, at most the configured call timeout. A lost
+// message is then retried well within the slow-path deadline instead of
+// sending every waiting request to the fallback policy.
+func (lz *leaser) attemptTimeout() time.Duration {
+	return min(lz.cfg.callTimeout, max(25*time.Millisecond, 10*time.Duration(lz.rtt.Load())))
+}
+
 // lead is how long before a lease runs out a refresh should start.
 func (lz *leaser) lead() time.Duration {
 	return 2*time.Duration(lz.rtt.Load()) + lz.cfg.window + 5*time.Millisecond
@@ -251,7 +259,7 @@ func (lz *leaser) buildAcquire(keys []*keyState) *acquireCall {
 			Limits:    toLimits(st.lim),
 			Want:      toAmount(ls.want(st.lim, lz.cfg.horizon)),
 			Need:      toAmount(ls.need(st.lim)),
-			SpendRate: &leasev1.Amount{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)},
+			SpendRate: &leasev1.Amount{Requests: max(0, int64(ls.rateReq*60)), Tokens: max(0, int64(ls.rateTok*60))},
 			Returned:  toAmount(ls.ret),
 			Held:      toAmount(Cost{Requests: max(0, held.Requests), Tokens: max(0, held.Tokens)}),
 			Debt:      toAmount(ls.debt),
@@ -411,7 +419,7 @@ func (lz *leaser) call(method string, onFail func(), do func(context.Context, *l
 	first := time.Now()
 	for {
 		caller := &leasev1.Caller{SpenderId: lz.id, Epoch: lz.epoch, Sequence: lz.seq}
-		ctx, cancel := context.WithTimeout(context.Background(), lz.cfg.callTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), lz.attemptTimeout())
 		start := time.Now()
 		err := do(ctx, caller)
 		cancel()

@@ -38,6 +38,7 @@ type leaseState struct {
 	// Spend rate, estimated at each call from spentTotal.
 	spentTotal       Cost
 	rateBase         Cost
+	rated            bool // rateAt and rateBase are set
 	rateAt           bucket.Instant
 	rateReq, rateTok float64 // per second
 	lastCost         Cost
@@ -132,16 +133,18 @@ func (ls *leaseState) trimTo(lim Limits, held Cost) {
 // updateRate refreshes the spend-rate estimate at now (an exponentially
 // weighted average of the rate between calls).
 func (ls *leaseState) updateRate(now bucket.Instant) {
-	if ls.rateAt == 0 {
-		ls.rateAt, ls.rateBase = now, ls.spentTotal
+	if !ls.rated {
+		ls.rated, ls.rateAt, ls.rateBase = true, now, ls.spentTotal
 		return
 	}
 	dt := now.Sub(ls.rateAt).Seconds()
 	if dt < 0.05 {
 		return
 	}
+	// Net spend in the interval: refunds of requests admitted before it can
+	// make it negative, which means "spent nothing".
 	d := sub(ls.spentTotal, ls.rateBase)
-	r, t := float64(d.Requests)/dt, float64(d.Tokens)/dt
+	r, t := max(0, float64(d.Requests)/dt), max(0, float64(d.Tokens)/dt)
 	if ls.rateReq == 0 && ls.rateTok == 0 {
 		ls.rateReq, ls.rateTok = r, t
 	} else {

@@ -138,17 +138,11 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, m
 	}
 	now := l.clock.Now()
 	inst := bucket.InstantOf(l.epoch, now)
-	sh := &l.shards[h&l.mask]
-
-	sh.mu.Lock()
-	if inst >= sh.sweepAt || sh.n >= sh.sweepLen {
-		sh.sweepLocked(inst)
-	}
-	st, err := sh.lookupLocked(h, key, lim, inst)
+	st, err := l.lockKey(h, key, lim, inst)
 	if err != nil {
-		sh.mu.Unlock()
 		return nil, time.Time{}, err
 	}
+	sh := st.sh
 	st.advance(inst)
 	w, dim, fits := st.wait(c)
 	if !fits || w > maxWait {
@@ -163,6 +157,22 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, m
 		now = now.Add(w)
 	}
 	return r, now, nil
+}
+
+// lockKey locks key's shard, sweeps it when due, and returns key's state
+// with the shard still locked; on error the shard is unlocked.
+func (l *Limiter) lockKey(h uint64, key string, lim Limits, now bucket.Instant) (*keyState, error) {
+	sh := &l.shards[h&l.mask]
+	sh.mu.Lock()
+	if now >= sh.sweepAt || sh.n >= sh.sweepLen {
+		sh.sweepLocked(now)
+	}
+	st, err := sh.lookupLocked(h, key, lim, now)
+	if err != nil {
+		sh.mu.Unlock()
+		return nil, err
+	}
+	return st, nil
 }
 
 // lookupLocked returns key's state, creating it or making it follow

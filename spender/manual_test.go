@@ -77,7 +77,33 @@ func TestManualLeasing(t *testing.T) {
 		l.Deliver(c, nil, connect.NewError(connect.CodeUnavailable, "partition"))
 	}
 	clk.Advance(2 * time.Second)
+	// The fallback bucket at the key's share (60/min, one spender) starts
+	// empty: the first request waits one refill, then is admitted.
+	rej := mustReject(t, l, "k", lim, one)
+	if rej.RetryAfter != time.Second {
+		t.Fatalf("first fallback Reserve: RetryAfter %v, want 1s", rej.RetryAfter)
+	}
+	clk.Advance(time.Second)
 	if _, err := l.Reserve(ctx, "k", lim, one); err != nil {
 		t.Fatalf("Reserve in fallback = %v, want admitted at the key's share", err)
+	}
+}
+
+func TestAdmissionPath(t *testing.T) {
+	clk := fakeclock.New()
+	standalone := spender.New(clk)
+	if p := spender.AdmissionPath(mustReserve(t, standalone, "k", spender.Limits{RPM: 1}, spender.Cost{Requests: 1})); p != spender.PathStandalone {
+		t.Errorf("standalone path %q", p)
+	}
+	if p := spender.AdmissionPath(mustReserve(t, standalone, "k", spender.Limits{}, spender.Cost{Requests: 1})); p != spender.PathUnlimited {
+		t.Errorf("unlimited path %q", p)
+	}
+	l := newLeased(t, clk, newAllocator(t, clk))
+	lim := spender.Limits{RPM: 600}
+	if p := spender.AdmissionPath(mustReserve(t, l, "k", lim, spender.Cost{Requests: 1})); p != spender.PathSlow {
+		t.Errorf("first leased admission path %q, want slow", p)
+	}
+	if p := spender.AdmissionPath(mustReserve(t, l, "k", lim, spender.Cost{Requests: 1})); p != spender.PathLease {
+		t.Errorf("second leased admission path %q, want local", p)
 	}
 }

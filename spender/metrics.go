@@ -120,3 +120,35 @@ func (m *Metrics) usage(reserved, actual int64) {
 		m.usageRatio.Observe(float64(actual) / float64(reserved))
 	}
 }
+
+// Path says where an admission came from.
+type Path string
+
+const (
+	PathStandalone Path = "standalone" // a standalone Limiter's own buckets
+	PathLease      Path = "local"      // a valid lease, no allocator call
+	PathSlow       Path = "slow"       // a lease refreshed while the request waited
+	PathFallback   Path = "fallback"   // the fallback policy, the allocator unreachable
+	PathAhead      Path = "ahead"      // wait mode, reserved at the allocator
+	PathUnlimited  Path = "unlimited"  // no limited dimension
+)
+
+// AdmissionPath reports where r was admitted from: a simulator or a test
+// that counts fallback admissions apart from granted ones reads it here.
+func AdmissionPath(r Reservation) Path {
+	switch r := r.(type) {
+	case *reservation:
+		return PathStandalone
+	case *leasedReservation:
+		switch r.path {
+		case pathSlow:
+			return PathSlow
+		case pathFallback:
+			return PathFallback
+		case pathAhead:
+			return PathAhead
+		}
+		return PathLease
+	}
+	return PathUnlimited
+}

@@ -1,12 +1,11 @@
 package spenderhttp
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
+	"github.com/rationhq/ration/internal/oaierror"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -25,35 +24,11 @@ const (
 	codeLimiterUnusable = "rate_limiter_unavailable"
 )
 
-// apiError is the OpenAI error body:
-// {"error":{"message":...,"type":...,"param":...,"code":...}}.
-type apiError struct {
-	Error apiErrorBody `json:"error"`
-}
-
-type apiErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"` // null unless one field is at fault
-	Code    *string `json:"code"`
-}
-
-// writeError answers with status and the OpenAI error body. param may be
-// "" for null.
+// writeError answers with status and the OpenAI error body
+// ({"error":{"message","type","param","code"}}); param and code may be ""
+// for null.
 func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
-	body := apiError{Error: apiErrorBody{Message: msg, Type: typ}}
-	if param != "" {
-		body.Error.Param = &param
-	}
-	if code != "" {
-		body.Error.Code = &code
-	}
-	b, _ := json.Marshal(body) // cannot fail: strings and pointers only
-	h := w.Header()
-	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(b) + 1)}
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	oaierror.Write(w, status, typ, code, param, msg)
 }
 
 // dimensionName is how OpenAI names a budget in its messages.

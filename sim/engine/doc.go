@@ -1,0 +1,57 @@
+// Package engine is ration's skew simulator: it drives the real allocator
+// (allocator.Ledger behind allocator.Service) and the real leased
+// spender.Limiter (built WithManualLeasing) under virtual time and a
+// simulated network, and compares enforcement strategies on identical
+// traffic for one API key.
+//
+// One event queue orders everything (arrivals, settlements, messages,
+// timeouts, maintenance ticks, membership changes) by virtual time, ties
+// broken by scheduling order; one internal/fakeclock is shared by every
+// spender and the allocator and moves only when the queue does. Nothing
+// sleeps and no wall clock is read.
+//
+// The strategies are static split (standalone Limiters at limit/N),
+// central (an allocator call per request, strict ledger), leased (ration,
+// default and strict ledger) and sticky routing (one owner instance with
+// the whole budget); see Strategy. The scenarios are listed by Scenarios.
+// Run returns a Result: the admitted fraction of C + rho*t and of an
+// ideal single bucket, the worst overshoot over every window length, each
+// instance's admission probability and Jain's index, allocator calls per
+// admission, added latency, fallback admissions, stranded budget and
+// tokens reserved against used.
+//
+// # Guarantees
+//
+//   - Same Config, same Result, bit for bit: traffic, the network and the
+//     burst schedule draw from separate PCG streams seeded by Config.Seed,
+//     so every strategy sees the same arrivals at the same instants, and
+//     the strategies' own randomness never shifts the traffic.
+//   - The real code decides: every admission, grant, return, expiry and
+//     fallback decision is made by the spender and allocator packages; the
+//     simulator only carries messages and keeps score.
+//   - The overshoot is exact: the worst window is found in one pass over
+//     the net charges (reserved at admission, refund at settlement) in
+//     integer units of 1/60e6 token (see window).
+//
+// # Caveats
+//
+//   - One key per run. The spender iterates maps in its maintenance scan;
+//     with one key (and one shard) that order cannot vary, which is what
+//     makes runs deterministic. Many keys would need that scan ordered.
+//   - Manual leasing: a Reserve that finds its lease short is parked until
+//     its spender's call is answered or fails, or a slow-path deadline
+//     passes; the spender's own pending clock is per key, so a request can
+//     wait up to about two deadlines. Wait mode (ReserveAt) is not driven.
+//   - Close (instances leaving, the end of a run) sends its Release straight
+//     to the allocator, not over the simulated network; an instance that
+//     cannot reach the allocator then just stops and its leases expire.
+//   - A lost message is noticed after Net.CallTimeout (by default ten
+//     round trips, at least 25 ms, as the spender's leaser); a refused one
+//     (outage) after one round trip. Resends back off like the spender's
+//     leaser (10 ms doubling to 1 s, jittered).
+//   - Which admissions were made under the fallback policy comes from
+//     spender.AdmissionPath, cross-checked against its metrics by a test.
+//   - Central fails closed after the slow-path deadline and gives up the
+//     call; a grant the allocator made anyway stays held until the TTL.
+//   - The allocator is in memory (no bbolt): durability is not simulated.
+package engine

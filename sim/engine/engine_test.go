@@ -1,0 +1,234 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/rationhq/ration/spender"
+)
+
+func mustRun(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	r, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func scenario(t *testing.T, name string) Scenario {
+	t.Helper()
+	sc, err := ScenarioByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc
+}
+
+// TestStaticSplitSeed004 reproduces seed 004's proposition: a limit R
+// split statically as R/N over N instances, with traffic fractions f_i
+// offered at exactly R, admits R * sum(min(f_i, 1/N)) in the long run.
+// The simulated rate over the second half of a 10-minute run (every
+// overloaded instance's bucket has drained by then) must be within 2%.
+func TestStaticSplitSeed004(t *testing.T) {
+	for _, tc := range []struct {
+		sc Scenario
+		n  int
+	}{
+		{FixedSkew("even", 1, 1, 1, 1), 4},
+		{FixedSkew("60-20-10-10", 0.6, 0.2, 0.1, 0.1), 4},
+		{FixedSkew("one-hot", 1, 0, 0, 0), 4},
+		{scenario(t, "zipf"), 8},
+		{FixedSkew("two-of-eight", 0.5, 0.5, 0, 0, 0, 0, 0, 0), 8},
+	} {
+		t.Run(tc.sc.Name, func(t *testing.T) {
+			want := 0.0
+			for _, f := range tc.sc.Shares(tc.n) {
+				want += min(f, 1/float64(tc.n))
+			}
+			r := mustRun(t, Config{Scenario: tc.sc, Strategy: Static, Instances: tc.n, Duration: 10 * time.Minute, Overload: 1, Seed: 4})
+			if math.Abs(r.Steady-want) > 0.02*want {
+				t.Fatalf("static split admitted %.4f R, seed 004 predicts R*sum(min(f_i, 1/N)) = %.4f R", r.Steady, want)
+			}
+			t.Logf("admitted %.4f R, predicted %.4f R", r.Steady, want)
+		})
+	}
+}
+
+// skewScenarios are the scenarios where only the split of traffic across
+// instances differs.
+var skewScenarios = []string{"uniform", "zipf", "one", "rotating", "bursts", "autoscale"}
+
+// TestLeasedTracksTheLimitUnderSkew: under every skew, at twice the
+// limit, both leased variants admit at least 97% of what the limit allows
+// (C + rho*t) and every instance sees nearly the same admission
+// probability (Jain's index at least 0.95).
+func TestLeasedTracksTheLimitUnderSkew(t *testing.T) {
+	for _, name := range skewScenarios {
+		for _, st := range []Strategy{Leased, LeasedStrict} {
+			t.Run(name+"/"+string(st), func(t *testing.T) {
+				t.Parallel()
+				r := mustRun(t, Config{Scenario: scenario(t, name), Strategy: st, Duration: 2 * time.Minute, Seed: 7})
+				if r.AdmitFrac < 0.97 {
+					t.Errorf("admitted %.0f of %.0f allowed (%.2f%%), want at least 97%%", r.AdmittedUnits, r.Allowed, 100*r.AdmitFrac)
+				}
+				if r.Jain < 0.95 {
+					t.Errorf("Jain's index %.3f (probabilities %.3f to %.3f), want at least 0.95", r.Jain, r.MinProb, r.MaxProb)
+				}
+				t.Logf("admitted %.2f%% of C+rho*t, Jain %.3f, %.3f calls per admission", 100*r.AdmitFrac, r.Jain, r.CallsPerAdmit)
+			})
+		}
+	}
+}
+
+// TestBoundsHold: in every scenario, what the leased variants admit from
+// grants never exceeds their documented bound in any window (default
+// C + rho*(t+TTL), strict C + rho*t, the simulator's traffic has no
+// overruns), and all they admit, fallback included, stays within the
+// bound plus what was admitted under the fallback policy (reported as
+// debt). Central, an exact strict bucket, stays within C + rho*t (checked
+// on two scenarios only: its per-request calls make it the slowest to
+// simulate).
+func TestBoundsHold(t *testing.T) {
+	for _, sc := range Scenarios() {
+		for _, st := range []Strategy{Leased, LeasedStrict, Central} {
+			if st == Central && sc.Name != "zipf" && sc.Name != "lossy" {
+				continue
+			}
+			t.Run(sc.Name+"/"+string(st), func(t *testing.T) {
+				t.Parallel()
+				r := mustRun(t, Config{Scenario: sc, Strategy: st, Duration: 90 * time.Second, Seed: 11})
+				over, all := r.OverLeaseGranted, r.OverLease
+				bound := "C + rho*(t+TTL)"
+				if st != Leased {
+					over, all, bound = r.OverLimitGranted, r.OverLimit, "C + rho*t"
+				}
+				if over > 0 {
+					t.Errorf("admissions from grants exceeded %s by %.2f%% of C", bound, 100*over)
+				}
+				if debt := r.FallbackUnits / float64(r.Capacity); all > debt {
+					t.Errorf("all admissions exceeded %s by %.2f%% of C, more than the %.2f%% of C admitted in fallback", bound, 100*all, 100*debt)
+				}
+				if r.AllocErrors > 0 {
+					t.Errorf("the allocator refused %d calls", r.AllocErrors)
+				}
+				t.Logf("worst window vs %s: %+.2f%% of C from grants, %+.2f%% of C in all (%d fallback admissions)", bound, 100*over, 100*all, r.Fallback)
+			})
+		}
+	}
+}
+
+// TestOutageFollowsFallbackPolicy: while the allocator is unreachable and
+// no lease can still be valid, each leased spender does what its policy
+// says: share admits at most its share (C/a burst plus rho/a per second,
+// a the active spenders), closed admits nothing, open admits everything;
+// after the outage the fleet admits from leases again and the debt it
+// reported keeps the run within the long-run total.
+func TestOutageFollowsFallbackPolicy(t *testing.T) {
+	sc := scenario(t, "outage")
+	for _, p := range []spender.FallbackPolicy{spender.FallbackShare, spender.FailClosed, spender.FailOpen} {
+		t.Run(p.String(), func(t *testing.T) {
+			t.Parallel()
+			const n = 8
+			r := mustRun(t, Config{Scenario: sc, Strategy: Leased, Instances: n, Duration: 2 * time.Minute, Seed: 3, Fallback: p})
+			var admitted, offered int64
+			for i := range r.OutageAdmitted {
+				admitted += r.OutageAdmitted[i]
+				offered += r.OutageOffered[i]
+			}
+			switch p {
+			case spender.FallbackShare:
+				share := (float64(r.Capacity) + r.Rate*r.OutageWindow.Seconds()) / n
+				for i, a := range r.OutageAdmitted {
+					if float64(a) > share+1 {
+						t.Errorf("instance %d admitted %d during the outage, above its share %.1f", i, a, share)
+					}
+				}
+				if r.OutageAdmitted[0] == 0 || r.Fallback == 0 {
+					t.Errorf("the hot instance admitted %d during the outage (%d fallback admissions), want its share", r.OutageAdmitted[0], r.Fallback)
+				}
+			case spender.FailClosed:
+				if admitted != 0 || r.Fallback != 0 {
+					t.Errorf("fail closed admitted %d during the outage (%d in fallback), want 0", admitted, r.Fallback)
+				}
+			case spender.FailOpen:
+				if float64(admitted) < 0.99*float64(offered) {
+					t.Errorf("fail open admitted %d of %d offered during the outage, want all", admitted, offered)
+				}
+			}
+			// Recovery: in the last 20 s the spenders admit from leases
+			// at least at the limit's rate again, and over the whole run
+			// (fallback admissions reported as debt) the fleet stays within
+			// the long-run total C + rho*(T + TTL).
+			got, secs := 0.0, 0.0
+			for _, pt := range r.Series {
+				if pt.At >= 100*time.Second {
+					got += pt.Admitted
+					secs++
+				}
+			}
+			if rate := got / secs; rate < 0.95*r.Rate {
+				t.Errorf("after the outage the fleet admits %.1f/s, want at least 95%% of the limit's %.1f/s", rate, r.Rate)
+			}
+			if total := float64(r.Capacity) + r.Rate*(r.Duration+r.TTL).Seconds(); r.AdmittedUnits > total {
+				t.Errorf("admitted %.0f over the run, above the long-run total %.0f", r.AdmittedUnits, total)
+			}
+			t.Logf("outage window %v: admitted %d of %d offered, %d fallback admissions in all", r.OutageWindow, admitted, offered, r.Fallback)
+		})
+	}
+}
+
+// TestIsFallbackMatchesMetrics cross-checks the simulator's per-request
+// view of fallback admissions against the spender's own counter.
+func TestIsFallbackMatchesMetrics(t *testing.T) {
+	r := mustRun(t, Config{Scenario: scenario(t, "outage"), Strategy: Leased, Duration: time.Minute, Seed: 5})
+	if r.Fallback == 0 || float64(r.Fallback) != r.FallbackUnits {
+		t.Fatalf("spender counted %d fallback admissions, the simulator %.0f; want equal and positive", r.Fallback, r.FallbackUnits)
+	}
+}
+
+// TestSameSeedSameResult: a run is a function of its Config.
+func TestSameSeedSameResult(t *testing.T) {
+	for _, st := range Strategies() {
+		t.Run(string(st), func(t *testing.T) {
+			t.Parallel()
+			cfg := Config{Scenario: scenario(t, "lossy"), Strategy: st, Duration: 20 * time.Second, Seed: 9}
+			a, b := mustRun(t, cfg), mustRun(t, cfg)
+			if !reflect.DeepEqual(a, b) {
+				t.Fatalf("two runs with seed 9 differ:\n%+v\n%+v", a, b)
+			}
+			cfg.Seed = 10
+			if c := mustRun(t, cfg); c.Offered == a.Offered && c.Admitted == a.Admitted {
+				t.Fatalf("seeds 9 and 10 gave the same traffic (%d offered, %d admitted)", a.Offered, a.Admitted)
+			}
+		})
+	}
+}
+
+// BenchmarkMillionRequests simulates about 1,000,000 requests (2000 a second
+// for 501 virtual seconds, twice a 60,000 RPM limit) across 16 leased
+// spenders with Zipf-skewed traffic.
+func BenchmarkMillionRequests(b *testing.B) {
+	cfg := Config{Scenario: Scenarios()[1], Strategy: Leased, Instances: 16, Duration: 501 * time.Second,
+		Limits: spender.Limits{RPM: 60_000}, Seed: 1}
+	for b.Loop() {
+		r, err := Run(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(r.Offered), "requests/op")
+		b.ReportMetric(r.AdmitFrac*100, "admit%")
+	}
+}
+
+func ExampleRun() {
+	r, err := Run(Config{Scenario: FixedSkew("one-hot", 1, 0, 0, 0), Strategy: Static, Instances: 4, Duration: 10 * time.Minute, Overload: 1, Seed: 1})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("static split, all traffic on one of 4 instances: %.2f of the limit in the long run\n", r.Steady)
+	// Output: static split, all traffic on one of 4 instances: 0.25 of the limit in the long run
+}

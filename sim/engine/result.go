@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/rationhq/ration/spender"
+)
+
+// Result is what one run measured. Amounts are in the scenario's binding
+// dimension (Dim): requests, or tokens for the tokens scenario.
+type Result struct {
+	Scenario  string
+	Strategy  Strategy
+	Instances int
+	Duration  time.Duration // traffic was offered for this long (virtual)
+	Seed      uint64
+	Dim       spender.Dimension
+	Capacity  int64   // C of the binding dimension
+	Rate      float64 // rho of the binding dimension, per second
+	TTL       time.Duration
+
+	Offered  int64 // requests offered
+	Admitted int64 // requests admitted
+
+	// AdmittedUnits is what the admitted requests used in Dim (requests,
+	// or actual tokens), Allowed is C + rho*Duration, and AdmitFrac their
+	// ratio: the fraction of what the limit allows.
+	AdmittedUnits float64
+	Allowed       float64
+	AdmitFrac     float64
+	// IdealUnits is what one exact bucket holding the whole budget admits
+	// from the same arrivals with no network (the reference), VsIdeal the
+	// ratio AdmittedUnits/IdealUnits.
+	IdealUnits float64
+	VsIdeal    float64
+	// Steady is the admitted rate over the second half of the run as a
+	// fraction of rho: the long-run share once the initial burst is spent.
+	Steady float64
+
+	// OverLimit is the worst window's admitted net cost minus C + rho*t,
+	// as a fraction of C, over every window length and both dimensions
+	// (<= 0: the bound held). OverLease is the same against the lease
+	// bound C + rho*(t + TTL).
+	OverLimit float64
+	OverLease float64
+	// OverLimitGranted and OverLeaseGranted are the same over the
+	// admissions made from grants only, leaving out those made under the
+	// fallback policy (which invariant 1 does not cover; they are reported
+	// to the allocator as debt). FallbackUnits is what those used.
+	OverLimitGranted float64
+	OverLeaseGranted float64
+	FallbackUnits    float64
+
+	// Per-instance admission probability (admitted/offered, by the
+	// instance the request arrived at), over instances offered anything.
+	InstOffered  []int64
+	InstAdmitted []int64
+	Jain         float64 // Jain's fairness index of the probabilities, 1 = equal
+	MinProb      float64
+	MaxProb      float64
+
+	Calls         int64   // allocator call attempts (lost ones included)
+	CallsPerAdmit float64 // Calls / Admitted
+
+	// Added latency: the time a request waited on a simulated allocator
+	// call before its decision, over every offered request (most wait 0).
+	WaitedFrac float64
+	P50        time.Duration
+	P99        time.Duration
+	MaxWait    time.Duration
+
+	Fallback    int64 // admissions under the fallback policy (leased spenders' metrics)
+	AllocErrors int64 // calls the allocator answered with an error (refused bodies)
+
+	// Stranded is budget the allocator took out of the global bucket for
+	// this fleet that no request used and no spender gave back: leases
+	// that expired unspent, refunds that came back after their lease
+	// expired. It is measured after a drain (TTL + horizon after the last
+	// arrival, then Close). StrandedFrac is Stranded/Allowed.
+	Stranded     float64
+	StrandedFrac float64
+
+	ReservedTokens int64 // tokens reserved by admitted requests (prompt + max_tokens)
+	UsedTokens     int64 // tokens they used
+
+	// Outage, when the scenario has one: admissions (by deciding instance)
+	// and offers (by arrival instance) between the instant no lease can
+	// still be valid (outage start + TTL + slow-path deadline) and the end
+	// of the outage, and that window's length.
+	OutageAdmitted []int64
+	OutageOffered  []int64
+	OutageWindow   time.Duration
+
+	Series []Point // one per SeriesStep of traffic
+}
+
+// Point is one time-series bucket, in the binding dimension.
+type Point struct {
+	At       time.Duration // bucket start
+	Offered  float64       // offered demand: requests, or the tokens the offered requests would use
+	Admitted float64
+	Ideal    float64
+}
+
+// finishFairness computes the per-instance probabilities and Jain's index.
+func (r *Result) finishFairness() {
+	var sum, sq float64
+	n := 0
+	r.MinProb, r.MaxProb = math.Inf(1), 0
+	for i, o := range r.InstOffered {
+		if o == 0 {
+			continue
+		}
+		p := float64(r.InstAdmitted[i]) / float64(o)
+		sum += p
+		sq += p * p
+		n++
+		r.MinProb = min(r.MinProb, p)
+		r.MaxProb = max(r.MaxProb, p)
+	}
+	switch {
+	case n == 0:
+		r.Jain, r.MinProb = 1, 0
+	case sq == 0:
+		r.Jain = 1 // everyone rejected everything: equal, if useless
+	default:
+		r.Jain = sum * sum / (float64(n) * sq)
+	}
+}
+
+// percentiles fills the latency fields from the waits of the requests that
+// waited (µs) and the number offered.
+func (r *Result) percentiles(waits []int64) {
+	if r.Offered == 0 {
+		return
+	}
+	r.WaitedFrac = float64(len(waits)) / float64(r.Offered)
+	if len(waits) == 0 {
+		return
+	}
+	slices.Sort(waits)
+	zeros := r.Offered - int64(len(waits))
+	at := func(q float64) time.Duration {
+		rank := int64(math.Ceil(q*float64(r.Offered))) - 1 // nearest rank
+		if rank < zeros {
+			return 0
+		}
+		return time.Duration(waits[min(rank-zeros, int64(len(waits)-1))]) * time.Microsecond
+	}
+	r.P50, r.P99 = at(0.50), at(0.99)
+	r.MaxWait = time.Duration(waits[len(waits)-1]) * time.Microsecond
+}

@@ -1,0 +1,264 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"github.com/rationhq/ration/spender"
+)
+
+// Skew says how a scenario spreads the key's traffic over live instances.
+type Skew uint8
+
+const (
+	// Uniform sends each request to a live instance chosen uniformly.
+	Uniform Skew = iota
+	// Zipf sends a request to the k-th live instance (0-based) with
+	// probability proportional to 1/(k+1)^s.
+	Zipf
+	// OneHot sends everything to the first live instance.
+	OneHot
+	// Rotate gives one hot instance HotShare of the traffic, the rest
+	// uniformly to the others; the hot instance changes every Period.
+	Rotate
+	// Bursts picks, every Period, a random quarter of the live instances
+	// (at least one) and spreads all traffic uniformly over them: each
+	// instance is on or off in bursts while the total stays constant.
+	Bursts
+	// Fixed uses the scenario's Weights, one per instance.
+	Fixed
+)
+
+// Scenario is a traffic pattern and the conditions around it. Scenarios
+// are values: the same scenario and seed always produce the same arrivals.
+type Scenario struct {
+	Name  string // short name, used on the command line and in file names
+	About string // one line for the docs
+
+	Skew     Skew
+	ZipfS    float64       // Zipf exponent; default 1.1
+	HotShare float64       // Rotate: the hot instance's share; default 0.8
+	Period   time.Duration // Rotate and Bursts: how often the pattern moves; default 10s and 5s
+	Weights  []float64     // Fixed: weights by instance; need not sum to 1
+
+	// Tokens makes requests carry a token cost: a prompt of 10 to 50
+	// tokens plus a declared max_tokens of 4096 are reserved, the actual
+	// output averages 300 tokens (seed 004); TPM is the binding limit and
+	// requests are not limited.
+	Tokens bool
+
+	// OutageFrom and OutageTo bound an allocator outage as fractions of
+	// the run's duration (both 0: none). During it every call is refused.
+	OutageFrom, OutageTo float64
+
+	Loss   float64       // message loss probability each way, on top of Config.Net
+	Jitter time.Duration // network jitter, if larger than Config.Net's
+
+	// Autoscale starts with N/2 instances, adds the others one by one
+	// between 10% and 40% of the run, then removes them again, last in
+	// first out, between 60% and 90%.
+	Autoscale bool
+}
+
+// Scenarios returns the named scenarios in report order.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{Name: "uniform", About: "traffic spread evenly over the instances", Skew: Uniform},
+		{Name: "zipf", About: "Zipf-skewed over the instances (s = 1.1)", Skew: Zipf},
+		{Name: "one", About: "all traffic on one instance", Skew: OneHot},
+		{Name: "rotating", About: "one hot instance takes 80%, a different one every 10 s", Skew: Rotate},
+		{Name: "bursts", About: "a random quarter of the instances carries all traffic, redrawn every 5 s", Skew: Bursts},
+		{Name: "autoscale", About: "N/2 instances, scaling to N and back (uniform traffic over the live ones)", Skew: Uniform, Autoscale: true},
+		{Name: "outage", About: "Zipf traffic; the allocator is unreachable from 40% to 60% of the run", Skew: Zipf, OutageFrom: 0.4, OutageTo: 0.6},
+		{Name: "lossy", About: "Zipf traffic; 5% of messages lost each way, 5 ms jitter", Skew: Zipf, Loss: 0.05, Jitter: 5 * time.Millisecond},
+		{Name: "tokens", About: "Zipf traffic; TPM-bound, reserve prompt + max_tokens 4096, use ~300 output tokens", Skew: Zipf, Tokens: true},
+	}
+}
+
+// ScenarioByName returns the named scenario.
+func ScenarioByName(name string) (Scenario, error) {
+	for _, s := range Scenarios() {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	names := make([]string, 0, 9)
+	for _, s := range Scenarios() {
+		names = append(names, s.Name)
+	}
+	return Scenario{}, fmt.Errorf("engine: unknown scenario %q (want one of %v)", name, names)
+}
+
+// FixedSkew returns a scenario with the given per-instance weights.
+func FixedSkew(name string, weights ...float64) Scenario {
+	return Scenario{Name: name, About: fmt.Sprintf("fixed weights %v", weights), Skew: Fixed, Weights: weights}
+}
+
+// Dim is the scenario's binding dimension: Tokens for the tokens
+// scenario, Requests otherwise.
+func (s Scenario) Dim() spender.Dimension {
+	if s.Tokens {
+		return spender.Tokens
+	}
+	return spender.Requests
+}
+
+func (s Scenario) defaultLimits() spender.Limits {
+	if s.Tokens {
+		return spender.Limits{TPM: 1_200_000}
+	}
+	return spender.Limits{RPM: 6000}
+}
+
+func (s Scenario) zipfS() float64 {
+	if s.ZipfS > 0 {
+		return s.ZipfS
+	}
+	return 1.1
+}
+
+func (s Scenario) hotShare() float64 {
+	if s.HotShare > 0 {
+		return s.HotShare
+	}
+	return 0.8
+}
+
+func (s Scenario) period() time.Duration {
+	switch {
+	case s.Period > 0:
+		return s.Period
+	case s.Skew == Bursts:
+		return 5 * time.Second
+	}
+	return 10 * time.Second
+}
+
+// Shares returns the expected fraction of traffic each of n live instances
+// receives (averaged over time for Rotate and Bursts).
+func (s Scenario) Shares(n int) []float64 {
+	w := make([]float64, n)
+	switch s.Skew {
+	case Zipf:
+		for k := range w {
+			w[k] = 1 / math.Pow(float64(k+1), s.zipfS())
+		}
+	case OneHot:
+		w[0] = 1
+	case Fixed:
+		copy(w, s.Weights)
+	default:
+		for k := range w {
+			w[k] = 1
+		}
+	}
+	sum := 0.0
+	for _, v := range w {
+		sum += v
+	}
+	for k := range w {
+		w[k] /= sum
+	}
+	return w
+}
+
+// router picks each request's instance. It caches the cumulative weights
+// of the current live set and the burst set of the current period.
+type router struct {
+	sc   Scenario
+	seed uint64
+	cum  []float64 // cumulative shares over the live set, for Zipf and Fixed
+	n    int       // live count cum was built for
+
+	burstPeriod int64   // the period burst was drawn for; -1 none
+	burst       []int32 // indices into live of the hot set
+}
+
+func newRouter(sc Scenario, seed uint64) *router {
+	return &router{sc: sc, seed: seed, burstPeriod: -1}
+}
+
+// pick returns the instance for a request arriving at t (virtual µs).
+func (r *router) pick(rng *rand.Rand, t int64, live []int32) int32 {
+	n := len(live)
+	switch r.sc.Skew {
+	case Uniform:
+		return live[rng.IntN(n)]
+	case OneHot:
+		return live[0]
+	case Rotate:
+		p := int64(r.sc.period() / time.Microsecond)
+		hot := int((t / p) % int64(n))
+		if n == 1 || rng.Float64() < r.sc.hotShare() {
+			return live[hot]
+		}
+		k := rng.IntN(n - 1)
+		if k >= hot {
+			k++
+		}
+		return live[k]
+	case Bursts:
+		p := t / int64(r.sc.period()/time.Microsecond)
+		if p != r.burstPeriod || len(r.burst) > n {
+			r.drawBurst(p, n)
+		}
+		return live[r.burst[rng.IntN(len(r.burst))]]
+	}
+	if r.n != n {
+		sh := r.sc.Shares(n)
+		r.cum = r.cum[:0]
+		acc := 0.0
+		for _, v := range sh {
+			acc += v
+			r.cum = append(r.cum, acc)
+		}
+		r.n = n
+	}
+	u := rng.Float64()
+	for k, c := range r.cum {
+		if u < c {
+			return live[k]
+		}
+	}
+	return live[n-1]
+}
+
+// drawBurst chooses the hot quarter for period p from its own stream, so
+// the choice depends only on the seed and the period.
+func (r *router) drawBurst(p int64, n int) {
+	rng := rand.New(rand.NewPCG(r.seed^0x9e3779b97f4a7c15, uint64(p)))
+	idx := make([]int32, n)
+	for k := range idx {
+		idx[k] = int32(k)
+	}
+	k := max(1, n/4)
+	for j := range k {
+		m := j + rng.IntN(n-j)
+		idx[j], idx[m] = idx[m], idx[j]
+	}
+	r.burst, r.burstPeriod = idx[:k], p
+}
+
+// membership returns the instances live at the start and the join and
+// leave times (virtual µs) of the others, for a fleet of n over d.
+func (s Scenario) membership(n int, d time.Duration) (initial int, joins, leaves []int64) {
+	if !s.Autoscale || n < 2 {
+		return n, nil, nil
+	}
+	initial = max(1, n/2)
+	m := n - initial
+	T := float64(d / time.Microsecond)
+	for j := range m { // instance initial+j joins, then leaves last in first out
+		joins = append(joins, int64(T*(0.1+0.3*float64(j)/float64(m))))
+		leaves = append(leaves, int64(T*(0.9-0.3*float64(j)/float64(m))))
+	}
+	return initial, joins, leaves
+}
+
+// outage returns the outage window in virtual µs (from == to: none).
+func (s Scenario) outage(d time.Duration) (from, to int64) {
+	T := float64(d / time.Microsecond)
+	return int64(T * s.OutageFrom), int64(T * s.OutageTo)
+}

@@ -1,0 +1,172 @@
+// Command sim is ration's skew simulator: it drives the real allocator and
+// spender code under virtual time and a simulated network and compares
+// strategies on identical traffic. It prints an aligned table and, with
+// -out, writes CSV files and SVG plots. See docs/sim.md.
+//
+//	go run ./sim                                   # every scenario and strategy, 5 virtual minutes
+//	go run ./sim -scenario zipf,one -strategies static,leased -instances 16
+//	go run ./sim -out docs/sim -markdown           # what docs/results.md shows
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/sim/engine"
+	"github.com/rationhq/ration/sim/report"
+	"github.com/rationhq/ration/spender"
+)
+
+func main() {
+	err := run(os.Args[1:], os.Stdout, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sim:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scen := fs.String("scenario", "all", "comma-separated scenarios ("+strings.Join(scenarioNames(), ", ")+"), or all")
+	strat := fs.String("strategies", "all", "comma-separated strategies (static, central, leased, leased-strict, sticky), or all")
+	inst := fs.Int("instances", 8, "fleet size N (the maximum, for autoscale)")
+	dur := fs.Duration("duration", 5*time.Minute, "virtual time traffic is offered")
+	seed := fs.Uint64("seed", 1, "random seed: same seed, same output")
+	out := fs.String("out", "", "directory for CSV files and SVG plots (none if empty)")
+	md := fs.Bool("markdown", false, "print the table as Markdown")
+	progress := fs.Bool("progress", true, "show a progress bar on stderr when a run takes more than 2 s")
+	overload := fs.Float64("overload", 2, "offered load over the binding limit's rate")
+	rpm := fs.Int64("rpm", 0, "requests per minute of the key (0: 6000; the tokens scenario is TPM-only)")
+	tpm := fs.Int64("tpm", 0, "tokens per minute of the key for the tokens scenario (0: 1,200,000)")
+	ttl := fs.Duration("ttl", 10*time.Second, "allocator lease TTL")
+	fallback := fs.String("fallback", "share", "leased spenders' fallback policy: share, closed or open")
+	latency := fs.Duration("latency", time.Millisecond, "one-way network latency")
+	jitter := fs.Duration("jitter", 500*time.Microsecond, "added uniform network jitter")
+	loss := fs.Float64("loss", 0, "message loss probability each way (the lossy scenario adds 5%)")
+	callTimeout := fs.Duration("call-timeout", 0, "how long a caller waits for a lost reply; 0: as the spender, ten round trips, at least 25ms")
+	deadline := fs.Duration("deadline", 50*time.Millisecond, "spender slow-path deadline")
+	horizon := fs.Duration("horizon", 2*time.Second, "spender lease horizon")
+	policyHorizon := fs.Duration("policy-horizon", 0, "allocator ShareByRate horizon (0: the TTL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	scs, err := parseScenarios(*scen)
+	if err != nil {
+		return err
+	}
+	sts, err := parseStrategies(*strat)
+	if err != nil {
+		return err
+	}
+	fb, err := parseFallback(*fallback)
+	if err != nil {
+		return err
+	}
+	base := engine.Config{
+		Instances: *inst, Duration: *dur, Seed: *seed, Overload: *overload,
+		Net:          engine.Net{Latency: *latency, Jitter: *jitter, Loss: *loss, CallTimeout: *callTimeout},
+		TTL:          *ttl,
+		Fallback:     fb,
+		SlowDeadline: *deadline,
+		Horizon:      *horizon,
+	}
+	if *policyHorizon > 0 {
+		base.Policy = allocator.ShareByRate{Horizon: *policyHorizon}
+	}
+	bar := report.NewProgress(stderr, len(scs)*len(sts), *progress && isTerminal(stderr))
+	var rs []*engine.Result
+	for _, sc := range scs {
+		for _, st := range sts {
+			cfg := base
+			cfg.Scenario, cfg.Strategy = sc, st
+			switch {
+			case sc.Tokens && *tpm > 0:
+				cfg.Limits = spender.Limits{TPM: *tpm}
+			case !sc.Tokens && *rpm > 0:
+				cfg.Limits = spender.Limits{RPM: *rpm}
+			}
+			cfg.Progress = bar.Run(sc.Name + "/" + string(st))
+			r, err := engine.Run(cfg)
+			if err != nil {
+				return err
+			}
+			rs = append(rs, r)
+		}
+	}
+	bar.Done()
+	if err := report.Table(stdout, rs, *md); err != nil {
+		return err
+	}
+	if *out == "" {
+		return nil
+	}
+	return report.WriteAll(*out, rs, scs)
+}
+
+// isTerminal reports whether w is a character device (a terminal), where
+// a redrawn progress line makes sense.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func scenarioNames() []string {
+	var ns []string
+	for _, s := range engine.Scenarios() {
+		ns = append(ns, s.Name)
+	}
+	return ns
+}
+
+func parseScenarios(v string) ([]engine.Scenario, error) {
+	if v == "all" {
+		return engine.Scenarios(), nil
+	}
+	var scs []engine.Scenario
+	for _, n := range strings.Split(v, ",") {
+		sc, err := engine.ScenarioByName(strings.TrimSpace(n))
+		if err != nil {
+			return nil, err
+		}
+		scs = append(scs, sc)
+	}
+	return scs, nil
+}
+
+func parseStrategies(v string) ([]engine.Strategy, error) {
+	if v == "all" {
+		return engine.Strategies(), nil
+	}
+	var sts []engine.Strategy
+	for _, n := range strings.Split(v, ",") {
+		st, err := engine.ParseStrategy(strings.TrimSpace(n))
+		if err != nil {
+			return nil, err
+		}
+		sts = append(sts, st)
+	}
+	return sts, nil
+}
+
+func parseFallback(v string) (spender.FallbackPolicy, error) {
+	for _, p := range []spender.FallbackPolicy{spender.FallbackShare, spender.FailClosed, spender.FailOpen} {
+		if p.String() == v {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown fallback policy %q (want share, closed or open)", v)
+}

@@ -1,0 +1,65 @@
+package report
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/rationhq/ration/sim/engine"
+)
+
+func f(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+func d(v int64) string   { return strconv.FormatInt(v, 10) }
+
+// ResultsCSV writes one row per result with every measurement.
+func ResultsCSV(w io.Writer, rs []*engine.Result) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"scenario", "strategy", "instances", "duration_s", "seed", "dimension", "capacity", "rate_per_s", "ttl_s",
+		"offered", "admitted", "admitted_units", "allowed_units", "admit_frac", "ideal_units", "vs_ideal", "steady_frac",
+		"over_limit_frac_of_c", "over_lease_frac_of_c", "over_limit_granted_frac_of_c", "over_lease_granted_frac_of_c",
+		"jain", "min_prob", "max_prob", "calls", "calls_per_admit", "waited_frac", "p50_ms", "p99_ms", "max_wait_ms",
+		"fallback_admits", "fallback_units", "alloc_errors", "stranded_units", "stranded_frac", "reserved_tokens", "used_tokens"})
+	for _, r := range rs {
+		cw.Write([]string{r.Scenario, string(r.Strategy), d(int64(r.Instances)), f(r.Duration.Seconds()), strconv.FormatUint(r.Seed, 10),
+			r.Dim.String(), d(r.Capacity), f(r.Rate), f(r.TTL.Seconds()),
+			d(r.Offered), d(r.Admitted), f(r.AdmittedUnits), f(r.Allowed), f(r.AdmitFrac), f(r.IdealUnits), f(r.VsIdeal), f(r.Steady),
+			f(r.OverLimit), f(r.OverLease), f(r.OverLimitGranted), f(r.OverLeaseGranted),
+			f(r.Jain), f(r.MinProb), f(r.MaxProb), d(r.Calls), f(r.CallsPerAdmit), f(r.WaitedFrac),
+			f(r.P50.Seconds() * 1e3), f(r.P99.Seconds() * 1e3), f(r.MaxWait.Seconds() * 1e3),
+			d(r.Fallback), f(r.FallbackUnits), d(r.AllocErrors), f(r.Stranded), f(r.StrandedFrac), d(r.ReservedTokens), d(r.UsedTokens)})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// InstancesCSV writes each instance's offered and admitted requests and
+// admission probability, per result.
+func InstancesCSV(w io.Writer, rs []*engine.Result) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"scenario", "strategy", "instance", "offered", "admitted", "probability"})
+	for _, r := range rs {
+		for i, o := range r.InstOffered {
+			p := ""
+			if o > 0 {
+				p = f(float64(r.InstAdmitted[i]) / float64(o))
+			}
+			cw.Write([]string{r.Scenario, string(r.Strategy), d(int64(i)), d(o), d(r.InstAdmitted[i]), p})
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// SeriesCSV writes the time series, per result, in the binding dimension.
+func SeriesCSV(w io.Writer, rs []*engine.Result) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"scenario", "strategy", "t_s", "offered", "admitted", "ideal"})
+	for _, r := range rs {
+		for _, p := range r.Series {
+			cw.Write([]string{r.Scenario, string(r.Strategy), fmt.Sprint(p.At.Seconds()), f(p.Offered), f(p.Admitted), f(p.Ideal)})
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
