@@ -124,6 +124,16 @@ func (k *keyState) advance(now bucket.Instant) {
 	}
 }
 
+// anyExpired reports whether some holding's expiry is at or before now.
+func (k *keyState) anyExpired(now bucket.Instant) bool {
+	for i := range k.holds {
+		if k.holds[i].expiry <= now {
+			return true
+		}
+	}
+	return false
+}
+
 // expire drops holdings whose expiry is at or before now.
 func (k *keyState) expire(now bucket.Instant) {
 	j := 0

@@ -357,7 +357,7 @@ func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
 		if ks.fresh {
 			continue // state lost at recovery, limits unknown: kept until its next call
 		}
-		if len(ks.holds) > 0 {
+		if ks.anyExpired(now) {
 			ks.touch(now, l.cfg.ttl, l.cfg.strict)
 			l.markKey(name, ks) // touched state must be what is on disk
 		}
