@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"sync"
 	"time"
 
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
@@ -24,9 +25,20 @@ func limitsOf(l *leasev1.Limits) Limits {
 
 func us(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
 
-func acquireKeysOf(req *leasev1.AcquireRequest) []AcquireKey {
+// acquireKeysOf converts req's keys into a slice from pool (the ledger
+// keeps nothing of them once a call returns); release it with
+// putAcquireKeys when done.
+func acquireKeysOf(pool *sync.Pool, req *leasev1.AcquireRequest) *[]AcquireKey {
 	in := req.GetKeys()
-	out := make([]AcquireKey, len(in))
+	p, _ := pool.Get().(*[]AcquireKey)
+	if p == nil {
+		p = new([]AcquireKey)
+	}
+	if cap(*p) < len(in) {
+		*p = make([]AcquireKey, len(in))
+	}
+	*p = (*p)[:len(in)]
+	out := *p
 	for i, k := range in {
 		out[i] = AcquireKey{
 			Key: k.GetKey(), Limits: limitsOf(k.GetLimits()),
@@ -34,7 +46,12 @@ func acquireKeysOf(req *leasev1.AcquireRequest) []AcquireKey {
 			Returned: amountOf(k.GetReturned()), Held: amountOf(k.GetHeld()), Debt: amountOf(k.GetDebt()),
 		}
 	}
-	return out
+	return p
+}
+
+func putAcquireKeys(pool *sync.Pool, p *[]AcquireKey) {
+	clear(*p) // drop the key strings
+	pool.Put(p)
 }
 
 func reserveKeysOf(req *leasev1.ReserveAheadRequest) []ReserveKey {

@@ -31,6 +31,7 @@ type keyState struct {
 	holds     []holding      // unexpired as of the last touch (expired ones dropped lazily)
 	emptyFrom bucket.Instant // != 0: state was lost; buckets start empty at this instant
 	fresh     bool           // buckets not created yet (lim unknown)
+	mark      uint64         // store: log position of the latest change (0 = none)
 }
 
 // setLimits makes the buckets follow l: a dimension that becomes limited
@@ -85,9 +86,8 @@ func (k *keyState) rateSum() (r Amount) {
 	return r
 }
 
-// touch brings the key to now: refill, enforce the level cap against every
-// holding that was live since the last touch (before dropping the expired
-// ones, so the cap is never looser than a continuous one), then expire.
+// touch brings the key to now: refill, enforce the level cap, drop expired
+// holdings.
 //
 // Holdings stop counting at their own expiry, not at the next touch: the
 // refill is advanced through each expiry up to now in turn, with the cap
@@ -122,6 +122,16 @@ func (k *keyState) advance(now bucket.Instant) {
 	if k.tok.on {
 		k.tok.b.Advance(now)
 	}
+}
+
+// anyExpired reports whether some holding's expiry is at or before now.
+func (k *keyState) anyExpired(now bucket.Instant) bool {
+	for i := range k.holds {
+		if k.holds[i].expiry <= now {
+			return true
+		}
+	}
+	return false
 }
 
 // expire drops holdings whose expiry is at or before now.

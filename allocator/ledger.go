@@ -142,7 +142,7 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 	for name, ks := range l.keys {
 		if i := ks.find(c.SpenderID, c.Epoch); i >= 0 {
 			ks.holds = append(ks.holds[:i], ks.holds[i+1:]...)
-			l.markKey(name)
+			l.markKey(name, ks)
 		}
 	}
 	s.released = true
@@ -181,7 +181,7 @@ func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, 
 // finish records the applied call in its session, with l.mu held.
 func (l *Ledger) finish(s *session, c Caller, k callKind, d digest, reply any, now bucket.Instant) {
 	s.seq, s.kind, s.digest, s.reply, s.seen = c.Sequence, k, d, reply, now
-	l.markSession(c.SpenderID)
+	l.markSession(c.SpenderID, s)
 }
 
 // keyFor returns name's state following lim, creating it (full, or empty
@@ -191,7 +191,7 @@ func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant) *keyState {
 	if lim.RPM == 0 && lim.TPM == 0 {
 		if ks != nil {
 			delete(l.keys, name)
-			l.markKey(name)
+			l.markKey(name, nil)
 		}
 		return nil
 	}
@@ -200,7 +200,7 @@ func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant) *keyState {
 		l.keys[name] = ks
 	}
 	ks.setLimits(lim, now)
-	l.markKey(name)
+	l.markKey(name, ks)
 	return ks
 }
 
@@ -330,7 +330,7 @@ func (l *Ledger) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant, out *Am
 	} else if k.Limits.RPM != 0 || k.Limits.TPM != 0 {
 		ks.setLimits(k.Limits, now)
 	}
-	l.markKey(k.Key)
+	l.markKey(k.Key, ks)
 	ks.touch(now, l.cfg.ttl, l.cfg.strict)
 	if i := ks.find(c.SpenderID, c.Epoch); i >= 0 {
 		h := &ks.holds[i]
@@ -357,13 +357,13 @@ func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
 		if ks.fresh {
 			continue // state lost at recovery, limits unknown: kept until its next call
 		}
-		if len(ks.holds) > 0 {
+		if ks.anyExpired(now) {
 			ks.touch(now, l.cfg.ttl, l.cfg.strict)
-			l.markKey(name) // touched state must be what is on disk
+			l.markKey(name, ks) // touched state must be what is on disk
 		}
 		if ks.idle(now) {
 			delete(l.keys, name)
-			l.markKey(name)
+			l.markKey(name, nil)
 			keys++
 		}
 	}
@@ -371,7 +371,7 @@ func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
 	for id, s := range l.sessions {
 		if s.seen < horizon {
 			delete(l.sessions, id)
-			l.markSession(id)
+			l.markSession(id, nil)
 			sessions++
 		}
 	}

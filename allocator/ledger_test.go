@@ -423,3 +423,22 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Fatal("changed the ledger")
 	}
 }
+
+func TestDuplicateKeysInALargeBatch(t *testing.T) {
+	l := newLedger(t, newFakeClock())
+	for _, n := range []int{17, 64, MaxBatch} {
+		keys := make([]AcquireKey, n)
+		for i := range keys {
+			keys[i] = AcquireKey{Key: "key-" + itoa(i), Limits: tpm(600)}
+		}
+		if _, err := l.Acquire(ctx, caller("a", 1, uint64(n)), keys); err != nil {
+			t.Fatalf("n=%d distinct keys: %v", n, err)
+		}
+		keys[n-2].Key = keys[5].Key
+		_, err := l.Acquire(ctx, caller("a", 1, uint64(n)+1), keys)
+		var ie *InputError
+		if !errors.As(err, &ie) || ie.Field != "keys["+itoa(n-2)+"].key" || !strings.Contains(ie.Reason, "keys[5].key") {
+			t.Fatalf("n=%d: %v, want keys[%d].key duplicating keys[5].key", n, err, n-2)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect/v2"
@@ -21,6 +22,8 @@ type Service struct {
 	l   *Ledger
 	m   *Metrics
 	log *slog.Logger
+
+	keyPool sync.Pool // of *[]AcquireKey: per-call conversion buffers
 }
 
 var _ leasev1connect.LeaseServiceHandler = (*Service)(nil)
@@ -53,12 +56,13 @@ func NewService(l *Ledger, opts ...ServiceOption) *Service {
 // Acquire implements LeaseService.Acquire.
 func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	start := time.Now()
-	keys := acquireKeysOf(req)
-	r, err := s.l.Acquire(ctx, callerOf(req.GetCaller()), keys)
+	kp := acquireKeysOf(&s.keyPool, req)
+	defer putAcquireKeys(&s.keyPool, kp)
+	r, err := s.l.Acquire(ctx, callerOf(req.GetCaller()), *kp)
 	if err != nil {
 		return nil, s.fail("Acquire", start, err)
 	}
-	s.m.acquired(keys, r)
+	s.m.acquired(*kp, r)
 	s.m.call("Acquire", start, nil)
 	return acquireResponseOf(r), nil
 }

@@ -21,6 +21,7 @@ type session struct {
 	released bool           // Release closed the epoch
 	reply    any            // *AcquireReply, *ReserveReply or *ReleaseReply
 	seen     bucket.Instant // the latest call, for retention
+	mark     uint64         // store: log position of the latest change (0 = none)
 }
 
 // check decides what to do with call c of kind k and digest d on session s

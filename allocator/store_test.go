@@ -98,6 +98,7 @@ func TestStoreKeyNotVouchedForStartsEmpty(t *testing.T) {
 	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
 	acq(t, l, caller("a", 1, 2), AcquireKey{Key: "ok", Limits: tpm(600), Want: Amount{0, 100}})
 	l.Close()
+	openLedger(t, path, clk).Close() // replays the journal into the buckets
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +138,7 @@ func TestStoreKeyNotVouchedForStartsEmpty(t *testing.T) {
 func TestStoreConcurrentCallsArePrefixConsistent(t *testing.T) {
 	clk := newFakeClock()
 	path := tempDB(t)
-	l := openLedger(t, path, clk, WithBatch(8, 100*time.Microsecond))
+	l := openLedger(t, path, clk)
 	var wg sync.WaitGroup
 	for g := 0; g < 16; g++ {
 		wg.Add(1)
@@ -160,13 +161,7 @@ func TestStoreConcurrentCallsArePrefixConsistent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	before := dump(l)
-	l.Close()
-	l2 := openLedger(t, path, clk)
-	defer l2.Close()
-	if dump(l2) != before {
-		t.Fatal("durable state differs from memory after concurrent calls")
-	}
+	reopenSame(t, l, path, clk).Close()
 }
 
 func TestOpenRejectsOtherFormats(t *testing.T) {
@@ -183,4 +178,52 @@ func TestOpenRejectsOtherFormats(t *testing.T) {
 	if _, err := Open(path); err == nil {
 		t.Fatal("opened a store of another format")
 	}
+}
+
+// TestStoreCheckpointKeepsState forces checkpoints between calls: state
+// replayed from the journal and state read from the buckets must agree.
+func TestStoreCheckpointKeepsState(t *testing.T) {
+	clk := newFakeClock()
+	path := tempDB(t)
+	l := openLedger(t, path, clk)
+	for i := uint64(1); i <= 30; i++ {
+		keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(600), Want: Amount{1, 10}, Held: Amount{0, 5}}}
+		if _, err := l.Acquire(ctx, caller("a", 1, i), keys); err != nil {
+			t.Fatal(err)
+		}
+		if i%4 == 0 {
+			if err := l.st.checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if i == 20 {
+			clk.Advance(time.Hour)
+			if _, _, err := l.Sweep(ctx); err != nil { // deletions go through the journal too
+				t.Fatal(err)
+			}
+		}
+	}
+	l2 := reopenSame(t, l, path, clk)
+	defer l2.Close()
+	var journal int
+	l2.st.db.View(func(tx *bolt.Tx) error { journal = tx.Bucket(bucketJournal).Stats().KeyN; return nil })
+	if journal != 0 {
+		t.Fatalf("journal holds %d entries after open", journal)
+	}
+}
+
+// reopenSame closes l, opens its store again and fails the test unless the
+// reopened ledger's state is exactly l's.
+func reopenSame(t *testing.T, l *Ledger, path string, clk Clock) *Ledger {
+	t.Helper()
+	before := dump(l)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l2 := openLedger(t, path, clk)
+	if dump(l2) != before {
+		l2.Close()
+		t.Fatal("state after reopening differs from the state at close")
+	}
+	return l2
 }

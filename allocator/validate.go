@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"slices"
 	"time"
 
 	"github.com/rationhq/ration/bucket"
@@ -104,6 +105,9 @@ func dimLimit(rate, burst int64) (bucket.Limit, bool) {
 // dupChecker finds a key listed twice in one batch. Small batches use a
 // quadratic scan (no allocation); large ones a map.
 
+// checkDuplicates finds a key listed twice in one batch without
+// allocating: small batches by a quadratic scan, larger ones by sorting
+// (hash, index) pairs in a stack array and comparing neighbours' keys.
 func checkDuplicates(n int, key func(int) string) error {
 	if n <= 16 {
 		for i := 1; i < n; i++ {
@@ -115,12 +119,21 @@ func checkDuplicates(n int, key func(int) string) error {
 		}
 		return nil
 	}
-	seen := make(map[string]int, n)
-	for i := 0; i < n; i++ {
-		if j, ok := seen[key(i)]; ok {
-			return inputErr(fieldIdx("keys", i, "key"), "duplicates keys[%d].key", j)
+	var buf [MaxBatch]uint64
+	hs := buf[:n]
+	for i := range hs {
+		// The low 10 bits carry the index (MaxBatch = 1024), the rest a hash.
+		hs[i] = uint64(digestSeed.str(key(i)))&^(MaxBatch-1) | uint64(i)
+	}
+	slices.Sort(hs)
+	for a := 0; a < n; a++ {
+		for b := a + 1; b < n && hs[b]&^(MaxBatch-1) == hs[a]&^(MaxBatch-1); b++ {
+			i, j := int(hs[a]&(MaxBatch-1)), int(hs[b]&(MaxBatch-1))
+			if key(i) == key(j) {
+				i, j = max(i, j), min(i, j)
+				return inputErr(fieldIdx("keys", i, "key"), "duplicates keys[%d].key", j)
+			}
 		}
-		seen[key(i)] = i
 	}
 	return nil
 }

@@ -21,13 +21,14 @@ type config struct {
 	noAuth           bool
 	tlsCert          string
 	tlsKey           string
-	batchSize        int
-	batchDelay       time.Duration
 	sessionRetention time.Duration
+	commitLinger     time.Duration
 	sweepInterval    time.Duration
 	shutdownTimeout  time.Duration
 	logLevel         slog.Level
 	logJSON          bool
+
+	onCommit func() // tests: runs after every commit, before the replies go out
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -42,8 +43,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.noAuth, "no-auth", false, "accept calls without a bearer token (development only)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with -tls-key serves HTTPS, else h2c")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key file (PEM)")
-	fs.IntVar(&c.batchSize, "batch-size", 128, "bbolt group commit: most calls per commit (about the number of concurrent callers)")
-	fs.DurationVar(&c.batchDelay, "batch-delay", 200*time.Microsecond, "bbolt group commit: longest wait for more calls")
+	fs.DurationVar(&c.commitLinger, "commit-linger", time.Millisecond, "under concurrent load, how long a group commit waits for more calls (0: never)")
 	fs.DurationVar(&c.sessionRetention, "session-retention", time.Hour, "how long a spender's exactly-once record outlives its last call")
 	fs.DurationVar(&c.sweepInterval, "sweep-interval", 0, "how often idle keys and sessions are dropped; 0 = the lease TTL")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long to drain in-flight calls")
@@ -79,12 +79,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, fmt.Errorf("-token-file and -no-auth exclude each other")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return c, fmt.Errorf("-tls-cert and -tls-key go together")
+	case c.commitLinger < 0 || c.commitLinger > 100*time.Millisecond:
+		return c, fmt.Errorf("-commit-linger %v outside [0, 100ms]", c.commitLinger)
 	case c.leaseTTL < time.Millisecond || c.leaseTTL > time.Hour:
 		return c, fmt.Errorf("-lease-ttl %v outside [1ms, 1h]", c.leaseTTL)
-	case c.batchSize < 1:
-		return c, fmt.Errorf("-batch-size %d: must be positive", c.batchSize)
-	case c.batchDelay <= 0:
-		return c, fmt.Errorf("-batch-delay %v: must be positive", c.batchDelay)
 	}
 	if c.sweepInterval <= 0 {
 		c.sweepInterval = c.leaseTTL

@@ -111,7 +111,11 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
+	// A durable reply waits for its group commit, so streams stay open
+	// longer than for a stateless service: allow more than the default 100
+	// per connection (many spenders may share a proxy's connection).
 	srv := &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second,
+		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: 1024},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	tlsOn := cfg.tlsCert != ""
 	if tlsOn {
@@ -145,8 +149,13 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	}
 	led, err := allocator.Open(filepath.Join(cfg.dataDir, "allocator.db"),
 		allocator.WithTTL(cfg.leaseTTL), allocator.WithStrict(cfg.strict), allocator.WithLogger(log),
-		allocator.WithBatch(cfg.batchSize, cfg.batchDelay), allocator.WithSessionRetention(cfg.sessionRetention),
-		allocator.WithCommitObserver(metrics.ObserveCommit))
+		allocator.WithSessionRetention(cfg.sessionRetention), allocator.WithCommitLinger(cfg.commitLinger),
+		allocator.WithCommitObserver(func(d time.Duration, err error) {
+			metrics.ObserveCommit(d, err)
+			if cfg.onCommit != nil {
+				cfg.onCommit()
+			}
+		}))
 	if err != nil {
 		srv.Close()
 		return err

@@ -320,8 +320,10 @@ func TestBadInputOverTheWire(t *testing.T) {
 }
 
 func TestGracefulShutdownDrainsInFlightCalls(t *testing.T) {
-	// A large batch with a long delay: each call waits ~300 ms for its commit.
-	cfg := testConfig(t, "-batch-size", "1000", "-batch-delay", "300ms")
+	// Every commit takes 300 ms more: the calls are in flight when SIGTERM
+	// (here: the context) arrives.
+	cfg := testConfig(t)
+	cfg.onCommit = func() { time.Sleep(300 * time.Millisecond) }
 	ts := startServer(t, cfg)
 	c := leaseClient(h2cClient(), "http://"+ts.addr)
 	errs := make(chan error, 4)
@@ -348,6 +350,7 @@ func TestGracefulShutdownDrainsInFlightCalls(t *testing.T) {
 		t.Fatalf("log: %s", ts.log.String())
 	}
 	// The store was closed: it opens again at once, with the drained calls in it.
+	cfg.onCommit = nil
 	ts2 := startServer(t, cfg)
 	r, err := leaseClient(h2cClient(), "http://"+ts2.addr).Acquire(authed(testToken), acquireReq("s0", 1, "k"))
 	if err != nil || r.GetKeys()[0].GetGranted().GetTokens() != 100 {
@@ -366,13 +369,13 @@ func TestConfigFromEnvironmentAndErrors(t *testing.T) {
 		t.Fatalf("config %+v", cfg)
 	}
 	for _, args := range [][]string{
-		{},                                 // no token file
-		{"-no-auth", "-token-file", "x"},   // both
-		{"-no-auth", "-tls-cert", "c"},     // cert without key
-		{"-no-auth", "-lease-ttl", "2h"},   // ttl range
-		{"-no-auth", "-batch-size", "0"},   // batch
-		{"-no-auth", "-log-level", "loud"}, // level
-		{"-no-auth", "extra"},              // stray argument
+		{},                                   // no token file
+		{"-no-auth", "-token-file", "x"},     // both
+		{"-no-auth", "-tls-cert", "c"},       // cert without key
+		{"-no-auth", "-lease-ttl", "2h"},     // ttl range
+		{"-no-auth", "-log-level", "loud"},   // level
+		{"-no-auth", "-commit-linger", "1s"}, // linger range
+		{"-no-auth", "extra"},                // stray argument
 	} {
 		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil {
 			t.Errorf("args %q accepted", args)

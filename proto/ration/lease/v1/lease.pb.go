@@ -534,7 +534,10 @@ type KeyGrant struct {
 	// The part of `returned` that was credited (the rest exceeded holdings).
 	Returned *Amount `protobuf:"bytes,3,opt,name=returned,proto3" json:"returned,omitempty"`
 	// What the ledger counts as held by this spender after the call
-	// (min(old holding - returned, reported held) + granted).
+	// (min(old holding - returned, reported held) + granted). Authoritative:
+	// from now on the spender may hold at most this much on the key (its
+	// unspent lease plus its unsettled requests); if it holds more (the
+	// allocator lost state it could not vouch for), it drops the excess.
 	Held *Amount `protobuf:"bytes,4,opt,name=held,proto3" json:"held,omitempty"`
 	// With NOT_COVERED: microseconds after receipt at which the buckets will
 	// cover `need`, if nothing else takes from them. Otherwise 0.
@@ -937,7 +940,8 @@ type KeyReservation struct {
 	// now part of the spender's holding. With TOO_LATE: the wait that would
 	// have been needed. Microseconds.
 	WaitUs int64 `protobuf:"varint,2,opt,name=wait_us,json=waitUs,proto3" json:"wait_us,omitempty"`
-	// What the ledger counts as held by this spender after the call.
+	// What the ledger counts as held by this spender after the call;
+	// authoritative as in KeyGrant.held.
 	Held *Amount `protobuf:"bytes,3,opt,name=held,proto3" json:"held,omitempty"`
 	// As in KeyGrant.snapshot.
 	Snapshot *Snapshot `protobuf:"bytes,4,opt,name=snapshot,proto3" json:"snapshot,omitempty"`

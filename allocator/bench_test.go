@@ -1,0 +1,247 @@
+package allocator_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect/v2"
+	"connectrpc.com/connect/v2/connecthttp"
+	"github.com/rationhq/ration/allocator"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
+)
+
+// Benchmarks (docs/results.md "## Allocator" records the numbers and the
+// commands). Limits are large so that every key is granted on every call:
+// these measure the cost of a call, not the budget.
+
+var benchLimits = allocator.Limits{RPM: 1_000_000_000, TPM: 1_000_000_000_000}
+
+func benchKeys(n int, prefix string) []allocator.AcquireKey {
+	keys := make([]allocator.AcquireKey, n)
+	for i := range keys {
+		keys[i] = allocator.AcquireKey{Key: fmt.Sprintf("%s-key-%03d", prefix, i), Limits: benchLimits,
+			Want: allocator.Amount{Requests: 1, Tokens: 100}, Held: allocator.Amount{Requests: 1 << 40, Tokens: 1 << 40},
+			SpendRate: allocator.Amount{Requests: 60, Tokens: 6000}}
+	}
+	return keys
+}
+
+func benchRequest(n int, prefix string) *leasev1.AcquireRequest {
+	req := &leasev1.AcquireRequest{Caller: &leasev1.Caller{Epoch: 1}}
+	for _, k := range benchKeys(n, prefix) {
+		req.Keys = append(req.Keys, &leasev1.KeyAcquire{Key: k.Key,
+			Limits: &leasev1.Limits{Rpm: k.Limits.RPM, Tpm: k.Limits.TPM},
+			Want:   &leasev1.Amount{Requests: 1, Tokens: 100}, Held: &leasev1.Amount{Requests: 1 << 40, Tokens: 1 << 40},
+			SpendRate: &leasev1.Amount{Requests: 60, Tokens: 6000}})
+	}
+	return req
+}
+
+func reportRates(b *testing.B, keys int, cpu0 time.Duration) {
+	s := b.Elapsed().Seconds()
+	b.ReportMetric(float64(b.N)/s, "calls/s")
+	b.ReportMetric(float64(b.N*keys)/s, "key-grants/s")
+	// CPU time of this process per call (user + system): unlike calls/s,
+	// it does not move when other processes share the 2 cores.
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+var spenderIDs atomic.Int64
+
+// BenchmarkLedgerAcquire: the in-process Go API, memory only.
+func BenchmarkLedgerAcquire(b *testing.B) {
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			l, err := allocator.New()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			b.RunParallel(func(pb *testing.PB) {
+				id := fmt.Sprintf("s%d", spenderIDs.Add(1))
+				keys := benchKeys(n, id)
+				var seq uint64
+				for pb.Next() {
+					seq++
+					if _, err := l.Acquire(context.Background(), allocator.Caller{SpenderID: id, Epoch: 1, Sequence: seq}, keys); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			reportRates(b, n, cpu0)
+		})
+	}
+}
+
+// BenchmarkServiceAcquire: the in-process entry point a spender calls
+// (proto messages in and out), memory-only and durable (bbolt, fsync).
+func BenchmarkServiceAcquire(b *testing.B) {
+	for _, durable := range []bool{false, true} {
+		for _, n := range []int{1, 64} {
+			b.Run(fmt.Sprintf("durable=%v/keys=%d", durable, n), func(b *testing.B) {
+				svc := newBenchService(b, durable)
+				b.ReportAllocs()
+				b.SetParallelism(16)
+				cpu0 := cpuTime()
+				b.RunParallel(func(pb *testing.PB) {
+					id := fmt.Sprintf("s%d", spenderIDs.Add(1))
+					req := benchRequest(n, id)
+					req.Caller.SpenderId = id
+					for pb.Next() {
+						req.Caller.Sequence++
+						if _, err := svc.Acquire(context.Background(), req); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+				reportRates(b, n, cpu0)
+			})
+		}
+	}
+}
+
+func newBenchService(b *testing.B, durable bool) *allocator.Service {
+	b.Helper()
+	var l *allocator.Ledger
+	var err error
+	if durable {
+		var commits, total atomic.Int64
+		l, err = allocator.Open(filepath.Join(b.TempDir(), "bench.db"), allocator.WithCommitObserver(func(d time.Duration, _ error) {
+			commits.Add(1)
+			total.Add(int64(d))
+		}))
+		b.Cleanup(func() {
+			if n := commits.Load(); n > 0 {
+				b.ReportMetric(float64(b.N)/float64(n), "calls/commit")
+				b.ReportMetric(float64(total.Load())/float64(n)/1e6, "ms/commit")
+			}
+		})
+	} else {
+		l, err = allocator.New()
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return allocator.NewService(l)
+}
+
+// echoService answers every Acquire with one prebuilt reply: a real
+// allocator reply for the same request shape, so the bytes on the wire (and
+// the framework's marshaling work) are the same as the allocator's, while
+// the handler itself does nothing.
+type echoService struct {
+	leasev1connect.UnimplementedLeaseServiceHandler
+	reply *leasev1.AcquireResponse
+}
+
+func newEchoService(b *testing.B, n int) echoService {
+	b.Helper()
+	req := benchRequest(n, "template")
+	req.Caller.SpenderId, req.Caller.Sequence = "template", 1
+	reply, err := newBenchService(b, false).Acquire(context.Background(), req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return echoService{reply: reply}
+}
+
+func (e echoService) Acquire(context.Context, *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	return e.reply, nil
+}
+
+func serveLoopback(b *testing.B, h leasev1connect.LeaseServiceHandler) string {
+	b.Helper()
+	cs := connect.NewServer()
+	leasev1connect.RegisterLeaseServiceHandler(cs, h)
+	mux := http.NewServeMux()
+	connecthttp.Mount(mux, cs)
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	// As cmd/allocator: a durable reply waits for its commit, so a
+	// connection needs more concurrent streams than the default 100.
+	srv := &http.Server{Handler: mux, Protocols: p, HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1024}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(ln)
+	b.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// loopbackParallelism × GOMAXPROCS callers run concurrently (256 on 2
+// cores): enough that both handlers are throughput-bound, so the
+// comparison measures cost per call rather than the fsync latency a
+// durable reply must wait for (with 32 callers, ~1-5 ms fsyncs on this VM
+// cap any durable service at 32 calls per fsync).
+const loopbackParallelism = 128
+
+// loopbackConns is the number of client connections the callers share.
+const loopbackConns = 8
+
+// BenchmarkLoopback compares durable Acquire over loopback h2c with the
+// echo handler, for the Connect and gRPC protocols, 1 and 64 keys a call.
+func BenchmarkLoopback(b *testing.B) {
+	for _, proto := range []string{"connect", "grpc"} {
+		for _, n := range []int{1, 64} {
+			for _, handler := range []string{"echo", "allocator"} {
+				b.Run(fmt.Sprintf("%s/keys=%d/%s", proto, n, handler), func(b *testing.B) {
+					var h leasev1connect.LeaseServiceHandler = newEchoService(b, n)
+					if handler == "allocator" {
+						h = newBenchService(b, true)
+					}
+					base := serveLoopback(b, h)
+					var opts []connecthttp.Option
+					if proto == "grpc" {
+						opts = append(opts, connecthttp.WithGRPC())
+					}
+					// One h2c connection per group of callers, as gateways
+					// each have their own.
+					clients := make([]leasev1connect.LeaseServiceClient, loopbackConns)
+					for i := range clients {
+						hp := new(http.Protocols)
+						hp.SetUnencryptedHTTP2(true)
+						hc := &http.Client{Transport: &http.Transport{Protocols: hp}}
+						clients[i] = leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, base, opts...)))
+					}
+					b.SetParallelism(loopbackParallelism)
+					b.ResetTimer()
+					cpu0 := cpuTime()
+					b.RunParallel(func(pb *testing.PB) {
+						sid := spenderIDs.Add(1)
+						client := clients[int(sid)%len(clients)]
+						id := fmt.Sprintf("s%d", sid)
+						req := benchRequest(n, id)
+						req.Caller.SpenderId = id
+						for pb.Next() {
+							req.Caller.Sequence++
+							if _, err := client.Acquire(context.Background(), req); err != nil {
+								b.Fatal(err)
+							}
+						}
+					})
+					reportRates(b, n, cpu0)
+				})
+			}
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package allocator_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/rationhq/ration/allocator"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
+)
+
+type fixedClock struct{ t time.Time }
+
+func (c *fixedClock) Now() time.Time { return c.t }
+
+// A spender talks to an in-process allocator through the same interface as
+// to a remote one: *allocator.Service satisfies LeaseServiceClient.
+func ExampleService_inProcess() {
+	clk := &fixedClock{t: time.Unix(1_800_000_000, 0)}
+	led, err := allocator.New(allocator.WithClock(clk), allocator.WithTTL(10*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer led.Close()
+	var client leasev1connect.LeaseServiceClient = allocator.NewService(led)
+
+	resp, err := client.Acquire(context.Background(), &leasev1.AcquireRequest{
+		Caller: &leasev1.Caller{SpenderId: "gw-1", Epoch: 1, Sequence: 1},
+		Keys: []*leasev1.KeyAcquire{{
+			Key:    "key-a",
+			Limits: &leasev1.Limits{Rpm: 60, Tpm: 6000},
+			Want:   &leasev1.Amount{Requests: 5, Tokens: 1500},
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	g := resp.GetKeys()[0]
+	fmt.Println(g.GetStatus(), g.GetGranted().GetRequests(), g.GetGranted().GetTokens())
+	fmt.Println("tokens left:", g.GetSnapshot().GetTokens().GetRemaining(), "ttl µs:", resp.GetLeaseTtlUs())
+	// Output:
+	// GRANT_STATUS_OK 5 1500
+	// tokens left: 4500 ttl µs: 10000000
+}
+
+// A retried call gets the stored answer; an older one is refused.
+func ExampleLedger_Acquire_retry() {
+	clk := &fixedClock{t: time.Unix(1_800_000_000, 0)}
+	led, _ := allocator.New(allocator.WithClock(clk))
+	defer led.Close()
+	keys := []allocator.AcquireKey{{Key: "key-a", Limits: allocator.Limits{TPM: 600}, Want: allocator.Amount{Tokens: 100}}}
+	c := allocator.Caller{SpenderID: "gw-1", Epoch: 1, Sequence: 7}
+	first, _ := led.Acquire(context.Background(), c, keys)
+	again, _ := led.Acquire(context.Background(), c, keys) // the reply was lost
+	fmt.Println(first.Keys[0].Granted.Tokens, again == first, again.Keys[0].Snapshot.Tokens.Remaining)
+	c.Sequence = 6
+	_, err := led.Acquire(context.Background(), c, keys)
+	fmt.Println(err)
+	// Output:
+	// 100 true 500
+	// allocator: spender "gw-1" epoch 1 sequence 6: stale sequence
+}
