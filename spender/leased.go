@@ -22,8 +22,8 @@ func oversize(lim Limits, c Cost) (Dimension, bool) {
 // reserveLeased is Reserve and ReserveAt (ahead) on a leased Limiter.
 func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim Limits, c Cost, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
 	lz := l.lz
-	now := l.clock.Now()
-	inst := bucket.InstantOf(l.epoch, now)
+	inst := l.now()
+	now := l.timeOf(inst)
 	st, err := l.lockKey(h, key, lim, inst)
 	if err != nil {
 		return nil, time.Time{}, err
@@ -123,8 +123,8 @@ func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost
 			return nil, time.Time{}, ctx.Err()
 		}
 
-		now := l.clock.Now()
-		inst := bucket.InstantOf(l.epoch, now)
+		inst := l.now()
+		now := l.timeOf(inst)
 		sh.mu.Lock()
 		if st.dead { // swept while we waited: start again on the key's live state
 			sh.mu.Unlock()
@@ -256,8 +256,8 @@ func (l *Limiter) reserveAhead(ctx context.Context, st *keyState, lim Limits, c 
 	case <-ctx.Done():
 		return nil, time.Time{}, ctx.Err()
 	}
-	now := l.clock.Now()
-	inst := bucket.InstantOf(l.epoch, now)
+	inst := l.now()
+	now := l.timeOf(inst)
 	sh := st.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -296,9 +296,9 @@ type leasedReservation struct {
 	st     *keyState
 	cost   Cost
 	status Status
-	path   admitPath
 	gen    uint32 // the lease generation it was admitted from
-	done   bool   // guarded by st.sh.mu
+	path   admitPath
+	done   bool // guarded by st.sh.mu
 }
 
 func (r *leasedReservation) Status() Status { return r.status }
@@ -329,7 +329,7 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 		ls.debt = add(ls.debt, delta)
 		ls.debt = Cost{Requests: max(0, ls.debt.Requests), Tokens: max(0, ls.debt.Tokens)}
 		if ls.fallback {
-			now := bucket.InstantOf(l.epoch, l.clock.Now()) // an overrun is charged after the refill
+			now := l.now() // an overrun is charged after the refill
 			fb := keyState{lim: ls.fbLim, req: st.req, tok: st.tok}
 			refund := sub(r.cost, actual)
 			fb.give(Cost{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})

@@ -244,7 +244,7 @@ func checkAnswer(asked, got int, err error) error {
 // into the body (returns, debts) leaves the keys: it is delivered exactly
 // once, with the answer.
 func (lz *leaser) buildAcquire(keys []*keyState) *acquireCall {
-	inst := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
+	inst := lz.l.now()
 	c := &acquireCall{req: &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))},
 		keys: keys, waits: make([]chan struct{}, len(keys)), sent: inst, start: time.Now()}
 	for i, st := range keys {
@@ -286,7 +286,7 @@ func (c *acquireCall) wake() {
 // finishAcquire applies the answer to c (or, with err, only ends the call)
 // and wakes its waiters.
 func (lz *leaser) finishAcquire(c *acquireCall, resp *leasev1.AcquireResponse, err error) {
-	recv := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
+	recv := lz.l.now()
 	expiry := c.sent.Add(time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond)
 	for i, st := range c.keys {
 		sh := st.sh
@@ -373,7 +373,7 @@ func (lz *leaser) reserveAhead(jobs []*aheadJob) {
 		resp, err = lz.cfg.src.ReserveAhead(ctx, req)
 		return checkAnswer(len(req.GetKeys()), len(resp.GetKeys()), err)
 	})
-	recv := lz.l.clock.Now()
+	recv := lz.l.timeOf(lz.l.now())
 	if failed {
 		if err == nil {
 			lz.returnOrphans(jobs, resp)
@@ -500,7 +500,7 @@ func (lz *leaser) setFallback(on bool, err error) {
 // use and given back for an idle one; debts and returns waiting on an idle
 // key are sent. With force, every key with anything to report is sent.
 func (lz *leaser) maintain(force bool) {
-	now := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
+	now := lz.l.now()
 	soon := now.Add(2*lz.cfg.tick + lz.lead())
 	var held int
 	for i := range lz.l.shards {
@@ -586,7 +586,7 @@ func (lz *leaser) close(ctx context.Context) error {
 
 // release sends one Release with every key's unspent lease and debt.
 func (lz *leaser) release(ctx context.Context) error {
-	now := bucket.InstantOf(lz.l.epoch, lz.l.clock.Now())
+	now := lz.l.now()
 	req := &leasev1.ReleaseRequest{}
 	for i := range lz.l.shards {
 		sh := &lz.l.shards[i]

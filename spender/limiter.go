@@ -32,13 +32,14 @@ import (
 // state. Memory is bounded by the keys active within the last
 // refill-to-full period (see WithSweepInterval).
 type Limiter struct {
-	clock  Clock
-	epoch  time.Time // Instant 0; taken from the clock at New
-	seed   maphash.Seed
-	shards []shard
-	mask   uint64
-	sweep  time.Duration
-	lz     *leaser // nil for a standalone Limiter
+	clock    Clock
+	sysClock bool      // clock is SystemClock: read the monotonic clock only
+	epoch    time.Time // Instant 0; taken from the clock at New
+	seed     maphash.Seed
+	shards   []shard
+	mask     uint64
+	sweep    time.Duration
+	lz       *leaser // nil for a standalone Limiter
 }
 
 // shard is one lock and the keys hashed to it.
@@ -70,13 +71,15 @@ func New(clock Clock, opts ...Option) *Limiter {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	_, sys := clock.(SystemClock)
 	l := &Limiter{
-		clock:  clock,
-		epoch:  clock.Now(),
-		seed:   maphash.MakeSeed(),
-		shards: make([]shard, cfg.shards),
-		mask:   uint64(cfg.shards - 1),
-		sweep:  cfg.sweep,
+		clock:    clock,
+		sysClock: sys,
+		epoch:    clock.Now(),
+		seed:     maphash.MakeSeed(),
+		shards:   make([]shard, cfg.shards),
+		mask:     uint64(cfg.shards - 1),
+		sweep:    cfg.sweep,
 	}
 	for i := range l.shards {
 		l.shards[i].l = l
@@ -130,14 +133,16 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, m
 		if lim.BurstRequests < 0 || lim.BurstTokens < 0 {
 			return nil, time.Time{}, validateLimits(lim)
 		}
-		return unlimited{}, l.clock.Now(), nil
+		if ahead {
+			return unlimited{}, l.clock.Now(), nil
+		}
+		return unlimited{}, time.Time{}, nil
 	}
 	h := maphash.String(l.seed, key)
 	if l.lz != nil {
 		return l.reserveLeased(ctx, h, key, lim, c, maxWait, ahead)
 	}
-	now := l.clock.Now()
-	inst := bucket.InstantOf(l.epoch, now)
+	inst := l.now()
 	st, err := l.lockKey(h, key, lim, inst)
 	if err != nil {
 		return nil, time.Time{}, err
@@ -153,11 +158,24 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, m
 	st.take(c)
 	r := &reservation{st: st, cost: c, status: st.status()}
 	sh.mu.Unlock()
-	if w > 0 {
-		now = now.Add(w)
+	if !ahead {
+		return r, time.Time{}, nil
 	}
-	return r, now, nil
+	return r, l.timeOf(inst).Add(w), nil
 }
+
+// now reads the clock once and returns the instant. With the system clock
+// it reads only the monotonic clock (time.Since), half the cost of
+// time.Now on this kind of machine.
+func (l *Limiter) now() bucket.Instant {
+	if l.sysClock {
+		return bucket.Instant(time.Since(l.epoch) / time.Microsecond)
+	}
+	return bucket.InstantOf(l.epoch, l.clock.Now())
+}
+
+// timeOf is the clock time of instant i.
+func (l *Limiter) timeOf(i bucket.Instant) time.Time { return i.Time(l.epoch) }
 
 // lockKey locks key's shard, sweeps it when due, and returns key's state
 // with the shard still locked; on error the shard is unlocked.
@@ -322,7 +340,7 @@ func (r *reservation) Settle(actual Cost) {
 	// An overrun is charged at the current instant, after the refill up to
 	// it. A state dropped by a sweep was full; the key's live state (made
 	// anew, full, if there is none) is where the adjustment belongs.
-	now := bucket.InstantOf(sh.l.epoch, sh.l.clock.Now())
+	now := sh.l.now()
 	if st.dead {
 		live := sh.findLocked(st.hash, st.key)
 		if live == nil {

@@ -3,7 +3,6 @@ package spender
 import (
 	"errors"
 
-	"github.com/rationhq/ration/bucket"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -64,7 +63,7 @@ func (l *Limiter) Deliver(c *Call, resp *leasev1.AcquireResponse, err error) boo
 	lz := l.lz
 	if err = checkAnswer(len(c.c.req.GetKeys()), len(resp.GetKeys()), err); err != nil {
 		c.c.fails++
-		now := bucket.InstantOf(l.epoch, l.clock.Now())
+		now := l.now()
 		if c.c.fails >= 3 || now.Sub(c.c.sent) >= lz.cfg.slowDeadline {
 			lz.setFallback(true, err)
 		}
