@@ -23,7 +23,10 @@ func oversize(lim Limits, c Cost) (Dimension, bool) {
 func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim Limits, c Cost, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
 	lz := l.lz
 	inst := l.now()
-	now := l.timeOf(inst)
+	var now time.Time // the send time, only wait mode reads it
+	if ahead {
+		now = l.timeOf(inst)
+	}
 	st, err := l.lockKey(h, key, lim, inst)
 	if err != nil {
 		return nil, time.Time{}, err

@@ -1,7 +1,6 @@
 package spender
 
 import (
-	"math/bits"
 	"time"
 
 	"github.com/rationhq/ration/bucket"
@@ -227,15 +226,19 @@ func (ls *leaseState) idle(now bucket.Instant) bool {
 // spending since the last answer are not seen.
 func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
 	var s Status
-	age := int64(now - ls.snapAt)
+	age := float64(max(0, int64(now-ls.snapAt)))
+	// Floating point suffices here: these numbers are what a client is
+	// told, never what is admitted, and it spares two integer divisions
+	// per dimension on the hot path.
 	dim := func(rate, burst, snapRem, avail int64) (limit, remaining int64, reset time.Duration) {
 		limit = capacityOf(rate, burst)
+		perUs := float64(rate) / float64(minuteUs)
 		remaining = max(0, avail)
 		if ls.hasSnap {
-			remaining += min(limit, max(0, snapRem)+mulDiv(rate, max(0, age), minuteUs, limit))
+			remaining += min(limit, max(0, snapRem)+int64(min(float64(limit), age*perUs)))
 		}
 		remaining = min(limit, remaining)
-		return limit, remaining, time.Duration(mulDiv(limit-remaining, minuteUs, rate, 1<<62)) * time.Microsecond
+		return limit, remaining, time.Duration(float64(limit-remaining)/perUs) * time.Microsecond
 	}
 	if lim.RPM > 0 {
 		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, lim.BurstRequests, ls.snapRem.Requests, ls.avail.Requests)
@@ -247,20 +250,6 @@ func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
 }
 
 const minuteUs = int64(time.Minute / time.Microsecond)
-
-// mulDiv returns a*b/c rounded down for non-negative a, b and positive c,
-// or ceiling when the result would exceed it.
-func mulDiv(a, b, c, ceiling int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi == 0 { // the usual case: a 64-bit division, far cheaper than Div64
-		return int64(min(lo/uint64(c), uint64(ceiling)))
-	}
-	if hi >= uint64(c) {
-		return ceiling
-	}
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	return min(int64(min(q, 1<<63-1)), ceiling)
-}
 
 // capacityOf is a dimension's bucket capacity: the burst, or the rate.
 func capacityOf(rate, burst int64) int64 {
