@@ -4,29 +4,19 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/rationhq/ration/internal/fakeclock"
 )
 
-// fakeClock is a virtual clock that tests move by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock is the repository's manual clock, started at a fixed instant.
+type fakeClock = fakeclock.Clock
 
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_800_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
+func newFakeClock() *fakeClock {
+	c := fakeclock.New()
+	c.Set(time.Unix(1_800_000_000, 0))
+	return c
 }
 
 func newLedger(t *testing.T, clk Clock, opts ...Option) *Ledger {

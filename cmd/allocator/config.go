@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
+
+	"github.com/rationhq/ration/internal/envflag"
 )
 
 // config is everything cmd/allocator reads from flags and the environment.
@@ -51,17 +52,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.logJSON, "log-json", true, "log JSON lines (false: text)")
 
 	// Environment first, so that flags override it.
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "RATION_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return c, envErr
+	if err := envflag.Apply(fs, "RATION_", getenv); err != nil {
+		return c, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -173,20 +173,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
 	go func() {
 		defer close(sweepDone)
-		t := time.NewTicker(cfg.sweepInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-sweepCtx.Done():
-				return
-			case <-t.C:
-				if k, s, err := led.Sweep(sweepCtx); err != nil {
-					log.Warn("allocator: sweep", "err", err)
-				} else if k+s > 0 {
-					log.Debug("allocator: swept", "keys", k, "sessions", s)
-				}
-			}
-		}
+		led.SweepEvery(sweepCtx, cfg.sweepInterval, log)
 	}()
 
 	var runErr error

@@ -10,8 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/rationhq/ration/internal/envflag"
 )
 
 // maxInstances bounds --instances.
@@ -63,17 +64,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.drain, "drain", 10*time.Second, "on Ctrl-C, how long in-flight requests may take before they are cut")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "RATION_DEMO_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return c, envErr
+	if err := envflag.Apply(fs, "RATION_DEMO_", getenv); err != nil {
+		return c, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, err

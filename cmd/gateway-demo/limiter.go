@@ -63,18 +63,7 @@ func openLeaseSource(ctx context.Context, cfg config, clock spender.Clock, log *
 	swept := make(chan struct{})
 	go func() { // drop idle keys and sessions, as cmd/allocator does
 		defer close(swept)
-		t := time.NewTicker(max(cfg.leaseTTL, time.Second))
-		defer t.Stop()
-		for {
-			select {
-			case <-sweepCtx.Done():
-				return
-			case <-t.C:
-				if _, _, err := led.Sweep(sweepCtx); err != nil && sweepCtx.Err() == nil {
-					log.Warn("gateway-demo: allocator sweep", "err", err)
-				}
-			}
-		}
+		led.SweepEvery(sweepCtx, max(cfg.leaseTTL, time.Second), log.With("component", "allocator"))
 	}()
 	return &leaseSource{
 		src:    allocator.NewService(led, allocator.WithServiceLogger(log.With("component", "allocator"))),
