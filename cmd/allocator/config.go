@@ -52,14 +52,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.logJSON, "log-json", true, "log JSON lines (false: text)")
 
 	// Environment first, so that flags override it.
-	if err := envflag.Apply(fs, "RATION_", getenv); err != nil {
+	if err := envflag.Parse(fs, "RATION_", getenv, args); err != nil {
 		return c, err
-	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return c, fmt.Errorf("-log-level: %w", err)

@@ -64,14 +64,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.drain, "drain", 10*time.Second, "on Ctrl-C, how long in-flight requests may take before they are cut")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 
-	if err := envflag.Apply(fs, "RATION_DEMO_", getenv); err != nil {
+	if err := envflag.Parse(fs, "RATION_DEMO_", getenv, args); err != nil {
 		return c, err
-	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return c, fmt.Errorf("-log-level: %w", err)

@@ -30,3 +30,19 @@ func Apply(fs *flag.FlagSet, prefix string, getenv func(string) string) error {
 	})
 	return err
 }
+
+// Parse applies the environment (Apply), then the command line, and
+// refuses positional arguments: the whole of a command's configuration
+// step for flags.
+func Parse(fs *flag.FlagSet, prefix string, getenv func(string) string, args []string) error {
+	if err := Apply(fs, prefix, getenv); err != nil {
+		return err
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return nil
+}

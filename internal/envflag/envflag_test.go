@@ -28,3 +28,11 @@ func TestApply(t *testing.T) {
 		t.Fatalf("bad value: %v", err)
 	}
 }
+
+func TestParseRefusesArguments(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.String("name", "", "")
+	if err := Parse(fs, "X_", func(string) string { return "" }, []string{"-name", "a", "stray"}); err == nil || !strings.Contains(err.Error(), "stray") {
+		t.Fatalf("Parse with a stray argument = %v", err)
+	}
+}
