@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 )
@@ -55,4 +56,36 @@ func ExampleLimiter_ReserveAt() {
 	// call 11: send in 2s
 	// call 12: send in 4s
 	// call 13: spender: rate limited on requests: 1 requested, 0 remaining; retry after 6s
+}
+
+// A Limiter on leases: the same calls, with the key's budget held by an
+// allocator (here in process; spender.DialAllocator reaches a remote one)
+// and shared by every Limiter that leases from it.
+func ExampleWithLeases() {
+	clock := fakeclock.New()
+	ledger, err := allocator.New(allocator.WithClock(clock))
+	if err != nil {
+		panic(err)
+	}
+	defer ledger.Close()
+	gw1 := spender.New(clock, spender.WithLeases(allocator.NewService(ledger)), spender.WithSpenderID("gw-1"))
+	gw2 := spender.New(clock, spender.WithLeases(allocator.NewService(ledger)), spender.WithSpenderID("gw-2"))
+	defer gw1.Close(context.Background())
+	defer gw2.Close(context.Background())
+
+	lim := spender.Limits{RPM: 3, TPM: 1000} // 3 requests a minute across both gateways
+	for i, gw := range []*spender.Limiter{gw1, gw2, gw2, gw1} {
+		_, err := gw.Reserve(context.Background(), "key-1", lim, spender.Cost{Requests: 1, Tokens: 100})
+		var rej *spender.RejectError
+		if errors.As(err, &rej) {
+			fmt.Printf("request %d: rejected, retry after %v\n", i+1, rej.RetryAfter)
+			continue
+		}
+		fmt.Printf("request %d: admitted\n", i+1)
+	}
+	// Output:
+	// request 1: admitted
+	// request 2: admitted
+	// request 3: admitted
+	// request 4: rejected, retry after 20s
 }
