@@ -115,6 +115,26 @@ func BenchmarkReserveSettleParallel(b *testing.B) {
 			}
 		})
 	})
+	b.Run("xrate-keyed", func(b *testing.B) {
+		var mu sync.RWMutex
+		lims := make(map[string]*rate.Limiter, len(keys))
+		for _, k := range keys {
+			lims[k] = rate.NewLimiter(rate.Limit(1<<40), 1<<40)
+		}
+		var next atomic.Uint64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := next.Add(7919)
+			for pb.Next() {
+				i++
+				mu.RLock()
+				lim := lims[keys[i%uint64(len(keys))]]
+				mu.RUnlock()
+				r := lim.ReserveN(time.Now(), 300)
+				r.Cancel()
+			}
+		})
+	})
 	b.Run("xrate", func(b *testing.B) {
 		lims := make([]*rate.Limiter, len(keys))
 		for i := range lims {
