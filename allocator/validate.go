@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/rationhq/ration/bucket"
@@ -102,12 +103,12 @@ func dimLimit(rate, burst int64) (bucket.Limit, bool) {
 	return bucket.Limit{Capacity: c, Refill: rate, Period: time.Minute}, true
 }
 
-// dupChecker finds a key listed twice in one batch. Small batches use a
-// quadratic scan (no allocation); large ones a map.
+// hashBufs holds the (hash, index) arrays of checkDuplicates.
+var hashBufs = sync.Pool{New: func() any { return new([MaxBatch]uint64) }}
 
 // checkDuplicates finds a key listed twice in one batch without
 // allocating: small batches by a quadratic scan, larger ones by sorting
-// (hash, index) pairs in a stack array and comparing neighbours' keys.
+// (hash, index) pairs in a pooled array and comparing neighbours' keys.
 func checkDuplicates(n int, key func(int) string) error {
 	if n <= 16 {
 		for i := 1; i < n; i++ {
@@ -119,8 +120,11 @@ func checkDuplicates(n int, key func(int) string) error {
 		}
 		return nil
 	}
-	var buf [MaxBatch]uint64
-	hs := buf[:n]
+	// Pooled rather than an 8 KB stack array: the array made every handler
+	// goroutine grow (copy) its stack on its first call.
+	bp := hashBufs.Get().(*[MaxBatch]uint64)
+	defer hashBufs.Put(bp)
+	hs := bp[:n]
 	for i := range hs {
 		// The low 10 bits carry the index (MaxBatch = 1024), the rest a hash.
 		hs[i] = uint64(digestSeed.str(key(i)))&^(MaxBatch-1) | uint64(i)
