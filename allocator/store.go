@@ -118,14 +118,37 @@ func (st *store) mark(id logEntry) uint64 {
 	return pos
 }
 
-func (l *Ledger) sync(ctx context.Context) error {
+// sync returns once every change marked so far is durable.
+func (l *Ledger) sync(context.Context) error {
 	if l.st == nil {
 		return nil
 	}
-	return l.st.sync(ctx)
+	l.mu.Lock()
+	end := l.logEnd()
+	l.mu.Unlock()
+	return l.st.sync(end)
 }
 
-// sync returns once every record changed before it was called is durable.
+// logEnd returns the log position after every change marked so far; 0
+// for a memory-only ledger. Call it with l.mu held.
+func (l *Ledger) logEnd() uint64 {
+	if l.st == nil {
+		return 0
+	}
+	return l.st.base + uint64(len(l.st.log))
+}
+
+// syncTo returns once every change before log position target (a logEnd
+// taken under the same hold of l.mu as the call's changes) is durable.
+func (l *Ledger) syncTo(target uint64) error {
+	if l.st == nil {
+		return nil
+	}
+	return l.st.sync(target)
+}
+
+// sync returns once every record changed before log position target is
+// durable.
 //
 // It is a leader/follower group commit: at most one commit is in flight;
 // a caller that finds one running waits for it, and if that commit did not
@@ -135,12 +158,10 @@ func (l *Ledger) sync(ctx context.Context) error {
 // this: each batch arms its own timer and queues on the writer lock, so
 // under load many small batches each pay an fsync; docs/allocator.md.)
 //
-// The context is not consulted: a commit cannot be abandoned halfway.
-func (st *store) sync(context.Context) error {
-	st.l.mu.Lock()
-	target := st.base + uint64(len(st.log))
-	st.l.mu.Unlock()
-
+// The caller passes target rather than sync reading it, so that a call
+// takes the ledger mutex once, not a second time only to read the log end.
+// A commit cannot be abandoned halfway, so there is no context.
+func (st *store) sync(target uint64) error {
 	st.cmu.Lock()
 	st.arrived++
 	for st.durable < target && st.committing {
