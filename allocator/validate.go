@@ -172,8 +172,19 @@ func validateAcquire(c Caller, keys []AcquireKey) error {
 		if err := validateKey(i, k.Key); err != nil {
 			return err
 		}
-		if err := validateLimits(i, k.Limits); err != nil {
-			return err
+		// Validating limits is a pure function of them: a key with the
+		// same limits as the one before passed already.
+		if i == 0 || k.Limits != keys[i-1].Limits {
+			if err := validateLimits(i, k.Limits); err != nil {
+				return err
+			}
+		}
+		// MaxAmount is a power of two: if the OR of every amount, as
+		// unsigned, is below it, each is in [0, MaxAmount). Otherwise the
+		// field-by-field check decides (and names the field).
+		if uint64(k.Want.Requests|k.Want.Tokens|k.Need.Requests|k.Need.Tokens|k.SpendRate.Requests|k.SpendRate.Tokens|
+			k.Returned.Requests|k.Returned.Tokens|k.Held.Requests|k.Held.Tokens|k.Debt.Requests|k.Debt.Tokens) < MaxAmount {
+			continue
 		}
 		for _, a := range []struct {
 			name string
