@@ -130,18 +130,34 @@ func statusOf(s Status) leasev1.GrantStatus {
 	return leasev1.GrantStatus_GRANT_STATUS_UNSPECIFIED
 }
 
+// grantMsgs is one key's reply messages, allocated together: a 64-key
+// reply is two allocations (the blocks and the pointer slice).
+type grantMsgs struct {
+	grant   leasev1.KeyGrant
+	amounts [3]leasev1.Amount
+	snap    leasev1.Snapshot
+	dims    [2]leasev1.DimSnapshot
+}
+
 func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
 	n := len(r.Keys)
-	p := newProtoAlloc(3*n, n)
-	grants := make([]leasev1.KeyGrant, n)
+	blocks := make([]grantMsgs, n)
 	ptrs := make([]*leasev1.KeyGrant, n)
 	for i := range r.Keys {
 		x := &r.Keys[i]
-		g := &grants[i]
+		m := &blocks[i]
+		g := &m.grant
 		g.Status = statusOf(x.Status)
-		g.Granted, g.Returned, g.Held = p.amount(x.Granted), p.amount(x.Returned), p.amount(x.Held)
+		m.amounts[0].Requests, m.amounts[0].Tokens = x.Granted.Requests, x.Granted.Tokens
+		m.amounts[1].Requests, m.amounts[1].Tokens = x.Returned.Requests, x.Returned.Tokens
+		m.amounts[2].Requests, m.amounts[2].Tokens = x.Held.Requests, x.Held.Tokens
+		g.Granted, g.Returned, g.Held = &m.amounts[0], &m.amounts[1], &m.amounts[2]
 		g.RetryAfterUs = us(x.RetryAfter)
-		g.Snapshot = p.snapshot(x.Snapshot)
+		s := &x.Snapshot
+		m.dims[0].Limit, m.dims[0].Remaining, m.dims[0].ResetUs = s.Requests.Limit, s.Requests.Remaining, us(s.Requests.Reset)
+		m.dims[1].Limit, m.dims[1].Remaining, m.dims[1].ResetUs = s.Tokens.Limit, s.Tokens.Remaining, us(s.Tokens.Reset)
+		m.snap.Requests, m.snap.Tokens = &m.dims[0], &m.dims[1]
+		g.Snapshot = &m.snap
 		g.ActiveSpenders = uint32(x.ActiveSpenders)
 		ptrs[i] = g
 	}

@@ -69,19 +69,21 @@ func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*Acq
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindAcquire, d)
 	if err != nil || stored != nil {
+		end := l.logEnd()
 		l.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		return stored.(*AcquireReply), l.sync(ctx)
+		return stored.(*AcquireReply), l.syncTo(end)
 	}
 	reply := &AcquireReply{Keys: make([]AcquireResult, len(keys)), LeaseTTL: l.cfg.ttl}
 	for i := range keys {
 		l.acquireKey(&keys[i], c, now, &reply.Keys[i])
 	}
 	l.finish(s, c, kindAcquire, d, reply, now)
+	end := l.logEnd()
 	l.mu.Unlock()
-	if err := l.sync(ctx); err != nil {
+	if err := l.syncTo(end); err != nil {
 		return nil, err
 	}
 	return reply, nil
@@ -99,19 +101,21 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindReserve, d)
 	if err != nil || stored != nil {
+		end := l.logEnd()
 		l.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		return stored.(*ReserveReply), l.sync(ctx)
+		return stored.(*ReserveReply), l.syncTo(end)
 	}
 	reply := &ReserveReply{Keys: make([]ReserveResult, len(keys)), LeaseTTL: l.cfg.ttl}
 	for i := range keys {
 		l.reserveKey(&keys[i], c, now, &reply.Keys[i])
 	}
 	l.finish(s, c, kindReserve, d, reply, now)
+	end := l.logEnd()
 	l.mu.Unlock()
-	if err := l.sync(ctx); err != nil {
+	if err := l.syncTo(end); err != nil {
 		return nil, err
 	}
 	return reply, nil
@@ -129,11 +133,12 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindRelease, d)
 	if err != nil || stored != nil {
+		end := l.logEnd()
 		l.mu.Unlock()
 		if err != nil {
 			return nil, err
 		}
-		return stored.(*ReleaseReply), l.sync(ctx)
+		return stored.(*ReleaseReply), l.syncTo(end)
 	}
 	reply := &ReleaseReply{Returned: make([]Amount, len(keys))}
 	for i := range keys {
@@ -147,8 +152,9 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 	}
 	s.released = true
 	l.finish(s, c, kindRelease, d, reply, now)
+	end := l.logEnd()
 	l.mu.Unlock()
-	if err := l.sync(ctx); err != nil {
+	if err := l.syncTo(end); err != nil {
 		return nil, err
 	}
 	return reply, nil

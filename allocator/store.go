@@ -43,6 +43,15 @@ type recID struct {
 	name    string
 }
 
+// logEntry is one change in the log: the record's id and the state it
+// changed (nil if deleted), so a commit encodes it without looking its
+// name up again.
+type logEntry struct {
+	recID
+	ks *keyState
+	s  *session
+}
+
 // store makes a Ledger durable in bbolt. Calls apply in memory, mark the
 // records they changed, and wait in sync for a group commit that writes
 // those records' state as of commit time. Because every commit writes the
@@ -68,8 +77,8 @@ type store struct {
 	checkpointing atomic.Bool    // a checkpoint goroutine is running
 	wg            sync.WaitGroup // the checkpoint goroutine
 
-	log  []recID // records in the order they were marked, from position base
-	base uint64  // log position of log[0] (from 1); everything before it is durable
+	log  []logEntry // records in the order they were marked, from position base
+	base uint64     // log position of log[0] (from 1); everything before it is durable
 
 	cmu        sync.Mutex // guards the fields below
 	cond       *sync.Cond // on cmu: a commit finished
@@ -86,7 +95,7 @@ type store struct {
 // markKey records that key name changed; ks is its state, nil if deleted.
 func (l *Ledger) markKey(name string, ks *keyState) {
 	if l.st != nil {
-		pos := l.st.mark(recID{name: name})
+		pos := l.st.mark(logEntry{recID: recID{name: name}, ks: ks})
 		if ks != nil {
 			ks.mark = pos
 		}
@@ -96,27 +105,50 @@ func (l *Ledger) markKey(name string, ks *keyState) {
 // markSession records that spender id's session changed; nil if deleted.
 func (l *Ledger) markSession(id string, s *session) {
 	if l.st != nil {
-		pos := l.st.mark(recID{session: true, name: id})
+		pos := l.st.mark(logEntry{recID: recID{session: true, name: id}, s: s})
 		if s != nil {
 			s.mark = pos
 		}
 	}
 }
 
-func (st *store) mark(id recID) uint64 {
+func (st *store) mark(id logEntry) uint64 {
 	pos := st.base + uint64(len(st.log))
 	st.log = append(st.log, id)
 	return pos
 }
 
-func (l *Ledger) sync(ctx context.Context) error {
+// sync returns once every change marked so far is durable.
+func (l *Ledger) sync(context.Context) error {
 	if l.st == nil {
 		return nil
 	}
-	return l.st.sync(ctx)
+	l.mu.Lock()
+	end := l.logEnd()
+	l.mu.Unlock()
+	return l.st.sync(end)
 }
 
-// sync returns once every record changed before it was called is durable.
+// logEnd returns the log position after every change marked so far; 0
+// for a memory-only ledger. Call it with l.mu held.
+func (l *Ledger) logEnd() uint64 {
+	if l.st == nil {
+		return 0
+	}
+	return l.st.base + uint64(len(l.st.log))
+}
+
+// syncTo returns once every change before log position target (a logEnd
+// taken under the same hold of l.mu as the call's changes) is durable.
+func (l *Ledger) syncTo(target uint64) error {
+	if l.st == nil {
+		return nil
+	}
+	return l.st.sync(target)
+}
+
+// sync returns once every record changed before log position target is
+// durable.
 //
 // It is a leader/follower group commit: at most one commit is in flight;
 // a caller that finds one running waits for it, and if that commit did not
@@ -126,12 +158,10 @@ func (l *Ledger) sync(ctx context.Context) error {
 // this: each batch arms its own timer and queues on the writer lock, so
 // under load many small batches each pay an fsync; docs/allocator.md.)
 //
-// The context is not consulted: a commit cannot be abandoned halfway.
-func (st *store) sync(context.Context) error {
-	st.l.mu.Lock()
-	target := st.base + uint64(len(st.log))
-	st.l.mu.Unlock()
-
+// The caller passes target rather than sync reading it, so that a call
+// takes the ledger mutex once, not a second time only to read the log end.
+// A commit cannot be abandoned halfway, so there is no context.
+func (st *store) sync(target uint64) error {
 	st.cmu.Lock()
 	st.arrived++
 	for st.durable < target && st.committing {
@@ -236,11 +266,13 @@ func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 	}
 	var val enc
 	for pos := from; pos < end; pos++ {
-		id := st.log[pos-st.base]
+		id := &st.log[pos-st.base]
 		val.b = val.b[:0]
 		var op byte
+		// A record deleted at pos and recreated later gets its delete
+		// here and its put at the later position, in this same entry.
 		if id.session {
-			s := st.l.sessions[id.name]
+			s := id.s
 			switch {
 			case s == nil:
 				op = opSessionDelete
@@ -251,7 +283,7 @@ func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 				encodeSession(&val, s)
 			}
 		} else {
-			k := st.l.keys[id.name]
+			k := id.ks
 			switch {
 			case k == nil:
 				op = opKeyDelete

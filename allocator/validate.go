@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/rationhq/ration/bucket"
@@ -102,12 +103,12 @@ func dimLimit(rate, burst int64) (bucket.Limit, bool) {
 	return bucket.Limit{Capacity: c, Refill: rate, Period: time.Minute}, true
 }
 
-// dupChecker finds a key listed twice in one batch. Small batches use a
-// quadratic scan (no allocation); large ones a map.
+// hashBufs holds the (hash, index) arrays of checkDuplicates.
+var hashBufs = sync.Pool{New: func() any { return new([MaxBatch]uint64) }}
 
 // checkDuplicates finds a key listed twice in one batch without
 // allocating: small batches by a quadratic scan, larger ones by sorting
-// (hash, index) pairs in a stack array and comparing neighbours' keys.
+// (hash, index) pairs in a pooled array and comparing neighbours' keys.
 func checkDuplicates(n int, key func(int) string) error {
 	if n <= 16 {
 		for i := 1; i < n; i++ {
@@ -119,8 +120,11 @@ func checkDuplicates(n int, key func(int) string) error {
 		}
 		return nil
 	}
-	var buf [MaxBatch]uint64
-	hs := buf[:n]
+	// Pooled rather than an 8 KB stack array: the array made every handler
+	// goroutine grow (copy) its stack on its first call.
+	bp := hashBufs.Get().(*[MaxBatch]uint64)
+	defer hashBufs.Put(bp)
+	hs := bp[:n]
 	for i := range hs {
 		// The low 10 bits carry the index (MaxBatch = 1024), the rest a hash.
 		hs[i] = uint64(digestSeed.str(key(i)))&^(MaxBatch-1) | uint64(i)
@@ -168,8 +172,19 @@ func validateAcquire(c Caller, keys []AcquireKey) error {
 		if err := validateKey(i, k.Key); err != nil {
 			return err
 		}
-		if err := validateLimits(i, k.Limits); err != nil {
-			return err
+		// Validating limits is a pure function of them: a key with the
+		// same limits as the one before passed already.
+		if i == 0 || k.Limits != keys[i-1].Limits {
+			if err := validateLimits(i, k.Limits); err != nil {
+				return err
+			}
+		}
+		// MaxAmount is a power of two: if the OR of every amount, as
+		// unsigned, is below it, each is in [0, MaxAmount). Otherwise the
+		// field-by-field check decides (and names the field).
+		if uint64(k.Want.Requests|k.Want.Tokens|k.Need.Requests|k.Need.Tokens|k.SpendRate.Requests|k.SpendRate.Tokens|
+			k.Returned.Requests|k.Returned.Tokens|k.Held.Requests|k.Held.Tokens|k.Debt.Requests|k.Debt.Tokens) < MaxAmount {
+			continue
 		}
 		for _, a := range []struct {
 			name string
