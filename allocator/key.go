@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/rationhq/ration/bucket"
@@ -75,6 +76,56 @@ func (k *keyState) sums() (held Amount) {
 		held.Tokens += k.holds[i].held.Tokens
 	}
 	return held
+}
+
+// untilHoldingsFit returns how long after now a reservation of n that
+// waits for refill can be covered under the level cap, considering only the
+// cap: 0 if the holdings with n fit under it. Otherwise the level is held at
+// cap - holdings - n < 0 until enough holdings expire (at e), and needs the
+// refill of that deficit after e: (e - now) + deficit/rate, rounded up. It
+// is the TTL plus that refill if no expiry makes room (only reservations
+// that wait outlive the TTL). The caller takes the larger of this and the
+// plain bucket wait, which is then exact when the cap does not bind before e
+// and conservative when holdings expiring before e loosen it early.
+func (k *keyState) untilHoldingsFit(n Amount, now bucket.Instant, ttl time.Duration, strict bool) time.Duration {
+	deficit := func(d *dim, held, n int64) int64 {
+		if !d.on || n <= 0 {
+			return 0
+		}
+		return max(0, satAdd(held, n)-capUnits(&d.b, ttl, strict)/d.b.Scale())
+	}
+	refill := func(d *dim, tokens int64) time.Duration {
+		if tokens <= 0 {
+			return 0
+		}
+		lim := d.b.Limit()
+		us := (tokens*int64(lim.Period/time.Microsecond) + lim.Refill - 1) / lim.Refill
+		return time.Duration(us) * time.Microsecond
+	}
+	held := k.sums()
+	dr, dt := deficit(&k.req, held.Requests, n.Requests), deficit(&k.tok, held.Tokens, n.Tokens)
+	if dr == 0 && dt == 0 {
+		return 0
+	}
+	after := max(refill(&k.req, dr), refill(&k.tok, dt))
+	exp := make([]bucket.Instant, 0, len(k.holds))
+	for i := range k.holds {
+		exp = append(exp, k.holds[i].expiry)
+	}
+	slices.Sort(exp)
+	for _, e := range exp {
+		var h Amount
+		for i := range k.holds {
+			if k.holds[i].expiry > e {
+				h.Requests += k.holds[i].held.Requests
+				h.Tokens += k.holds[i].held.Tokens
+			}
+		}
+		if deficit(&k.req, h.Requests, n.Requests) == 0 && deficit(&k.tok, h.Tokens, n.Tokens) == 0 {
+			return max(0, e.Sub(now)) + after
+		}
+	}
+	return ttl + after
 }
 
 // rateSum returns the total reported spend rate over all holdings.

@@ -297,6 +297,14 @@ func (l *Ledger) reserveKey(k *ReserveKey, c Caller, now bucket.Instant, out *Re
 		out.Status = StatusTooLarge
 	default:
 		w := max(wait(&ks.req, k.Cost.Requests), wait(&ks.tok, k.Cost.Tokens))
+		if w > 0 {
+			// A reservation that waits is paid by refill still to come, but
+			// the level cap burns refill while level + holdings is at the
+			// cap: if the holdings with this cost exceed the cap, the refill
+			// the wait counts on would be burned, and the reservation must
+			// also wait for holdings to expire.
+			w = max(w, ks.untilHoldingsFit(k.Cost, now, l.cfg.ttl, l.cfg.strict))
+		}
 		out.Wait = w
 		if w > k.MaxWait {
 			out.Status = StatusTooLate

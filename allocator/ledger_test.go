@@ -442,3 +442,33 @@ func TestDuplicateKeysInALargeBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestReserveAheadWaitsForTheCap: in strict mode the level plus holdings
+// stay at most C, so refill is burned while holdings fill the cap. A
+// reservation that waits for refill must then also wait for holdings to
+// expire, or it would be sent while the other holdings are still
+// spendable: 150 sent at 0.6 s and 52 spent by A in [0.6 s, 1 s] would be
+// 202 in 0.4 s, above C + rho*t = 201.3. (Found by the property test.)
+func TestReserveAheadWaitsForTheCap(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk, WithStrict(true), WithTTL(10*time.Second))
+	lim := Limits{TPM: 200} // 10 tokens every 3 s
+	if g := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: lim, Want: Amount{0, 52}}); g.Granted.Tokens != 52 {
+		t.Fatalf("granted %d, want 52", g.Granted.Tokens)
+	}
+	r, err := l.ReserveAhead(ctx, caller("b", 1, 1), []ReserveKey{{Key: "k", Limits: lim, Cost: Amount{0, 150}, MaxWait: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Keys[0]; got.Status != StatusTooLate || got.Wait < 10*time.Second {
+		t.Fatalf("reserve 150 beside a holding of 52 under a cap of 200: %v after %v; want TooLate, waiting past the holding's expiry", got.Status, got.Wait)
+	}
+	// A cost the level covers now needs no wait, cap or not.
+	r, err = l.ReserveAhead(ctx, caller("b", 1, 2), []ReserveKey{{Key: "k", Limits: lim, Cost: Amount{0, 140}, MaxWait: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Keys[0]; got.Status != StatusOK || got.Wait != 0 {
+		t.Fatalf("reserve 140 that fits: %v after %v; want OK now", got.Status, got.Wait)
+	}
+}

@@ -353,8 +353,11 @@ func (h *propHarness) deliver(s *modelSpender, c *lastCall) {
 		}
 	case *ReserveReply:
 		for i, rk := range c.reserve {
-			if r.Keys[i].Status == StatusOK {
-				// send no earlier than receipt + wait (receipt is now)
+			// Send no earlier than receipt + wait (receipt is now), and only
+			// while the reservation is usable: until first send + wait +
+			// TTL (the protocol). A reply that arrives after that (a retry
+			// answered late from the record) is not used.
+			if r.Keys[i].Status == StatusOK && h.now() < c.sent.Add(r.LeaseTTL) {
 				s.pending = append(s.pending, pendingRes{key: keyIndex(rk.Key), amt: rk.Cost, at: h.now().Add(r.Keys[i].Wait)})
 			}
 		}
