@@ -297,12 +297,14 @@ func (l *Ledger) reserveKey(k *ReserveKey, c Caller, now bucket.Instant, out *Re
 		out.Status = StatusTooLarge
 	default:
 		w := max(wait(&ks.req, k.Cost.Requests), wait(&ks.tok, k.Cost.Tokens))
-		if w > 0 {
+		if w > 0 && l.cfg.strict {
 			// A reservation that waits is paid by refill still to come, but
-			// the level cap burns refill while level + holdings is at the
-			// cap: if the holdings with this cost exceed the cap, the refill
-			// the wait counts on would be burned, and the reservation must
-			// also wait for holdings to expire.
+			// the strict cap (level + holdings <= C) burns refill while the
+			// holdings fill it: if the holdings with this cost exceed C, the
+			// refill the wait counts on would be burned, and the reservation
+			// must also wait for holdings to expire (docs/bound.md). The
+			// default mode's cap leaves rho*TTL of room, which its bound
+			// already grants; the property test checks both.
 			w = max(w, ks.untilHoldingsFit(k.Cost, now, l.cfg.ttl, l.cfg.strict))
 		}
 		out.Wait = w
