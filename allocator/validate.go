@@ -160,31 +160,45 @@ func itoa(i int) string {
 	return string(b[p:])
 }
 
-func validateAcquire(c Caller, keys []AcquireKey) error {
+// validateCall checks what every call shares: the caller, the batch size,
+// each key's name and limits (a key with the same limits as the one before
+// passed already: the check is a pure function of them), the call's own
+// per-key fields (each), and that no key appears twice.
+func validateCall(c Caller, n int, allowEmpty bool, keyAt func(i int) (string, Limits), each func(i int) error) error {
 	if err := validateCaller(c); err != nil {
 		return err
 	}
-	if err := validateBatch(len(keys), false); err != nil {
+	if err := validateBatch(n, allowEmpty); err != nil {
 		return err
 	}
-	for i := range keys {
-		k := &keys[i]
-		if err := validateKey(i, k.Key); err != nil {
+	var prev Limits
+	for i := range n {
+		name, lim := keyAt(i)
+		if err := validateKey(i, name); err != nil {
 			return err
 		}
-		// Validating limits is a pure function of them: a key with the
-		// same limits as the one before passed already.
-		if i == 0 || k.Limits != keys[i-1].Limits {
-			if err := validateLimits(i, k.Limits); err != nil {
+		if i == 0 || lim != prev {
+			if err := validateLimits(i, lim); err != nil {
 				return err
 			}
 		}
+		prev = lim
+		if err := each(i); err != nil {
+			return err
+		}
+	}
+	return checkDuplicates(n, func(i int) string { name, _ := keyAt(i); return name })
+}
+
+func validateAcquire(c Caller, keys []AcquireKey) error {
+	return validateCall(c, len(keys), false, func(i int) (string, Limits) { return keys[i].Key, keys[i].Limits }, func(i int) error {
+		k := &keys[i]
 		// MaxAmount is a power of two: if the OR of every amount, as
 		// unsigned, is below it, each is in [0, MaxAmount). Otherwise the
 		// field-by-field check decides (and names the field).
 		if uint64(k.Want.Requests|k.Want.Tokens|k.Need.Requests|k.Need.Tokens|k.SpendRate.Requests|k.SpendRate.Tokens|
 			k.Returned.Requests|k.Returned.Tokens|k.Held.Requests|k.Held.Tokens|k.Debt.Requests|k.Debt.Tokens) < MaxAmount {
-			continue
+			return nil
 		}
 		for _, a := range []struct {
 			name string
@@ -194,56 +208,28 @@ func validateAcquire(c Caller, keys []AcquireKey) error {
 				return err
 			}
 		}
-	}
-	return checkDuplicates(len(keys), func(i int) string { return keys[i].Key })
+		return nil
+	})
 }
 
 func validateReserve(c Caller, keys []ReserveKey) error {
-	if err := validateCaller(c); err != nil {
-		return err
-	}
-	if err := validateBatch(len(keys), false); err != nil {
-		return err
-	}
-	for i := range keys {
+	return validateCall(c, len(keys), false, func(i int) (string, Limits) { return keys[i].Key, keys[i].Limits }, func(i int) error {
 		k := &keys[i]
-		if err := validateKey(i, k.Key); err != nil {
-			return err
-		}
-		if err := validateLimits(i, k.Limits); err != nil {
-			return err
-		}
 		if err := validateAmount(i, "cost", k.Cost); err != nil {
 			return err
 		}
 		if k.MaxWait < 0 || k.MaxWait > MaxWait {
 			return inputErr(fieldIdx("keys", i, "max_wait_us"), "%v outside [0, %v]", k.MaxWait, MaxWait)
 		}
-	}
-	return checkDuplicates(len(keys), func(i int) string { return keys[i].Key })
+		return nil
+	})
 }
 
 func validateRelease(c Caller, keys []ReleaseKey) error {
-	if err := validateCaller(c); err != nil {
-		return err
-	}
-	if err := validateBatch(len(keys), true); err != nil {
-		return err
-	}
-	for i := range keys {
-		k := &keys[i]
-		if err := validateKey(i, k.Key); err != nil {
+	return validateCall(c, len(keys), true, func(i int) (string, Limits) { return keys[i].Key, keys[i].Limits }, func(i int) error {
+		if err := validateAmount(i, "returned", keys[i].Returned); err != nil {
 			return err
 		}
-		if err := validateLimits(i, k.Limits); err != nil {
-			return err
-		}
-		if err := validateAmount(i, "returned", k.Returned); err != nil {
-			return err
-		}
-		if err := validateAmount(i, "debt", k.Debt); err != nil {
-			return err
-		}
-	}
-	return checkDuplicates(len(keys), func(i int) string { return keys[i].Key })
+		return validateAmount(i, "debt", keys[i].Debt)
+	})
 }
