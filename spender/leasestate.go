@@ -232,13 +232,16 @@ func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
 	// per dimension on the hot path.
 	dim := func(rate, burst, snapRem, avail int64) (limit, remaining int64, reset time.Duration) {
 		limit = capacityOf(rate, burst)
-		perUs := float64(rate) / float64(minuteUs)
+		perUs := float64(rate) * (1 / float64(minuteUs)) // a constant reciprocal: no division
 		remaining = max(0, avail)
 		if ls.hasSnap {
 			remaining += min(limit, max(0, snapRem)+int64(min(float64(limit), age*perUs)))
 		}
 		remaining = min(limit, remaining)
-		return limit, remaining, time.Duration(float64(limit-remaining)/perUs) * time.Microsecond
+		if remaining == limit {
+			return limit, remaining, 0
+		}
+		return limit, remaining, time.Duration(float64(limit-remaining)*float64(minuteUs)/float64(rate)) * time.Microsecond
 	}
 	if lim.RPM > 0 {
 		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, lim.BurstRequests, ls.snapRem.Requests, ls.avail.Requests)
