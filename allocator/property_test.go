@@ -193,7 +193,6 @@ func (h *propHarness) checkReturn(s *modelSpender, epoch uint64, k int, credited
 
 func (h *propHarness) acquire(t *rapid.T, s *modelSpender) {
 	var keys []AcquireKey
-	var idx []int
 	for k, pk := range propKeys {
 		if !rapid.Bool().Draw(t, "include") {
 			continue
@@ -222,7 +221,6 @@ func (h *propHarness) acquire(t *rapid.T, s *modelSpender) {
 			}
 		}
 		keys = append(keys, ak)
-		idx = append(idx, k)
 	}
 	if len(keys) == 0 {
 		return

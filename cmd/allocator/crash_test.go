@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,7 +37,7 @@ func binary(t *testing.T) string {
 			return
 		}
 		buildOnce.path = filepath.Join(dir, "allocator")
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", buildOnce.path, ".")
+		cmd := exec.Command("go", "build", "-o", buildOnce.path, ".")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			buildOnce.err = fmt.Errorf("go build: %v\n%s", err, out)
