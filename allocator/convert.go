@@ -23,7 +23,19 @@ func limitsOf(l *leasev1.Limits) Limits {
 	return Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens()}
 }
 
-func us(d time.Duration) int64 { return int64((d + time.Microsecond - 1) / time.Microsecond) }
+// us converts d to whole microseconds, rounded up; a negative d is 0. It
+// cannot overflow: a wait of years (a key deep in debt, or bucket.InfDuration)
+// stays a large positive number.
+func us(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	q := d / time.Microsecond
+	if d%time.Microsecond != 0 {
+		q++
+	}
+	return int64(q)
+}
 
 // acquireKeysOf converts req's keys into a slice from pool (the ledger
 // keeps nothing of them once a call returns); release it with

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rationhq/ration/bucket"
 )
 
 var ctx = context.Background()
@@ -470,5 +472,19 @@ func TestReserveAheadWaitsForTheCap(t *testing.T) {
 	}
 	if got := r.Keys[0]; got.Status != StatusOK || got.Wait != 0 {
 		t.Fatalf("reserve 140 that fits: %v after %v; want OK now", got.Status, got.Wait)
+	}
+}
+
+// TestWaitsOnTheWireDoNotOverflow: a key deep in debt waits for years, and
+// the microseconds on the wire stay positive (a negative retry_after once
+// made spenders ask again in a loop).
+func TestWaitsOnTheWireDoNotOverflow(t *testing.T) {
+	for _, d := range []time.Duration{bucket.InfDuration, bucket.InfDuration - 1, time.Nanosecond, 0, -time.Second} {
+		if got := us(d); got < 0 || (d > 0 && got == 0) {
+			t.Errorf("us(%v) = %d", d, got)
+		}
+	}
+	if us(1500*time.Nanosecond) != 2 {
+		t.Errorf("us rounds up: got %d, want 2", us(1500*time.Nanosecond))
 	}
 }

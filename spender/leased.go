@@ -311,7 +311,9 @@ func (r *leasedReservation) Cancel() { r.settle(Cost{}, true) }
 func (r *leasedReservation) Settle(actual Cost) { r.settle(actual, false) }
 
 func (r *leasedReservation) settle(actual Cost, cancel bool) {
-	actual.Requests, actual.Tokens = max(0, actual.Requests), max(0, actual.Tokens)
+	// Clamped so that absurd usage saturates instead of overflowing the
+	// sums it is added to.
+	actual.Requests, actual.Tokens = min(max(0, actual.Requests), maxWire), min(max(0, actual.Tokens), maxWire)
 	st := r.st
 	sh := st.sh
 	l := sh.l

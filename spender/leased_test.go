@@ -401,3 +401,22 @@ func TestLeasedIdleKeysAreDropped(t *testing.T) {
 		t.Fatalf("holding %d keys two minutes after 2000 went idle", k)
 	}
 }
+
+// TestLeasedAbsurdUsageSaturates: settling absurd usage neither overflows
+// nor makes the allocator refuse the next call: the debt is charged and
+// the key waits it off.
+func TestLeasedAbsurdUsageSaturates(t *testing.T) {
+	clk := fakeclock.New()
+	l := newLeased(t, clk, newAllocator(t, clk))
+	lim := spender.Limits{RPM: 60, TPM: 6000}
+	mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 10}).Settle(spender.Cost{Requests: 1, Tokens: 1<<63 - 1})
+	if err := l.Flush(ctx); err != nil {
+		t.Fatalf("Flush after absurd usage: %v", err)
+	}
+	fresh := newLeased(t, clk, newAllocator(t, clk)) // another allocator: unaffected
+	mustReserve(t, fresh, "k", lim, spender.Cost{Requests: 1, Tokens: 10})
+	rej := mustReject(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 10})
+	if rej.RetryAfter < time.Hour {
+		t.Fatalf("after a debt of about 2^50 tokens the key waits %v; want a very long wait", rej.RetryAfter)
+	}
+}

@@ -259,7 +259,7 @@ func (lz *leaser) buildAcquire(keys []*keyState) *acquireCall {
 			Limits:    toLimits(st.lim),
 			Want:      toAmount(ls.want(st.lim, lz.cfg.horizon)),
 			Need:      toAmount(ls.need(st.lim)),
-			SpendRate: &leasev1.Amount{Requests: max(0, int64(ls.rateReq*60)), Tokens: max(0, int64(ls.rateTok*60))},
+			SpendRate: toAmount(Cost{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)}),
 			Returned:  toAmount(ls.ret),
 			Held:      toAmount(Cost{Requests: max(0, held.Requests), Tokens: max(0, held.Tokens)}),
 			Debt:      toAmount(ls.debt),
@@ -316,7 +316,7 @@ func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expir
 		}
 		ls.notBefore = 0
 	case leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED:
-		ls.notBefore = recv.Add(time.Duration(g.GetRetryAfterUs()) * time.Microsecond)
+		ls.notBefore = recv.Add(wireDuration(g.GetRetryAfterUs()))
 		ls.shortDim = shortDim(st.lim, need, g.GetSnapshot())
 	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
 		ls.tooLarge = true
@@ -337,6 +337,19 @@ func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expir
 		m.returnedTokens.Add(float64(r.Tokens))
 	}
 	ls.setLowWater(lz.lead())
+}
+
+// wireDuration converts a wait in microseconds from the allocator to a
+// Duration: saturating rather than overflowing, and at least 1ms, so that a
+// malformed (negative or zero) wait cannot make the key ask again in a loop.
+func wireDuration(us int64) time.Duration {
+	if us <= 0 {
+		return time.Millisecond
+	}
+	if us > int64(bucket.InfDuration/time.Microsecond) {
+		return bucket.InfDuration
+	}
+	return max(time.Millisecond, time.Duration(us)*time.Microsecond)
 }
 
 // shortDim is the dimension whose global bucket falls short of need,

@@ -276,7 +276,15 @@ func limitedPart(lim Limits, c Cost) Cost {
 func add(a, b Cost) Cost { return Cost{Requests: a.Requests + b.Requests, Tokens: a.Tokens + b.Tokens} }
 func sub(a, b Cost) Cost { return Cost{Requests: a.Requests - b.Requests, Tokens: a.Tokens - b.Tokens} }
 
-func toAmount(c Cost) *leasev1.Amount { return &leasev1.Amount{Requests: c.Requests, Tokens: c.Tokens} }
+// maxWire is the largest amount the lease protocol carries (the
+// allocator's MaxAmount); amounts above it saturate rather than make the
+// allocator refuse the whole call.
+const maxWire = 1 << 50
+
+// toAmount is c on the wire: each field clamped to [0, maxWire].
+func toAmount(c Cost) *leasev1.Amount {
+	return &leasev1.Amount{Requests: min(max(0, c.Requests), maxWire), Tokens: min(max(0, c.Tokens), maxWire)}
+}
 
 func fromAmount(a *leasev1.Amount) Cost {
 	return Cost{Requests: a.GetRequests(), Tokens: a.GetTokens()}
