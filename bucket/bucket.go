@@ -114,6 +114,15 @@ func (b *Bucket) Tokens() int64 {
 // does not advance.
 func (b *Bucket) Level() (units, scale int64) { return b.level, b.scale }
 
+// WithLevel returns a copy of b whose level is units (as Level reports
+// them), clamped to [-MaxScaled, full]. A caller that keeps only a level it
+// read can report Tokens and TimeToFull for it later from an unshared copy
+// of the bucket's parameters, without the bucket itself.
+func (b Bucket) WithLevel(units int64) Bucket {
+	b.level = min(max(units, -MaxScaled), b.full)
+	return b
+}
+
 // Fits reports whether a cost of n tokens can ever be covered: 0 <= n <= Capacity.
 func (b *Bucket) Fits(n int64) bool { return n >= 0 && n <= b.lim.Capacity }
 

@@ -234,3 +234,30 @@ func TestInstant(t *testing.T) {
 		t.Errorf("Time = %v", got)
 	}
 }
+
+// TestWithLevel: a copy at another level reports that level's tokens and
+// time to full, clamps to the bucket's range, and leaves the original alone.
+func TestWithLevel(t *testing.T) {
+	b, err := New(PerMinute(1000), 0) // 1000 tokens a minute: 60 ms per token
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Take(300)
+	u, s := b.Level()
+	c := b.WithLevel(u - s/2) // half a token less
+	if got := c.Tokens(); got != 699 {
+		t.Errorf("Tokens = %d, want 699", got)
+	}
+	if got := c.TimeToFull(); got != 18*time.Second+30*time.Millisecond {
+		t.Errorf("TimeToFull = %v, want 18.03s", got)
+	}
+	if got := b.Tokens(); got != 700 {
+		t.Errorf("original moved: %d", got)
+	}
+	if hi := b.WithLevel(1 << 62); hi.Tokens() != 1000 {
+		t.Errorf("above full: %d tokens, want 1000", hi.Tokens())
+	}
+	if lo := b.WithLevel(-1 << 62); lo.level != -MaxScaled {
+		t.Errorf("below the floor: level %d, want %d", lo.level, int64(-MaxScaled))
+	}
+}

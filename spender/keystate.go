@@ -9,19 +9,29 @@ import (
 
 // keyState is one key's pair of buckets. It is guarded by its shard's
 // mutex. A dimension whose rate is 0 has no bucket and is never consulted.
+//
+// The fields every admission reads come first and fill one cache line
+// (key, lim, ls, kl: 64 bytes), then the buckets; the rest is read only on
+// a hash collision, by sweeps and by slow paths. With 10k keys in turn this
+// is what keeps the working set near the L2 cache (docs/results.md).
 type keyState struct {
-	sh   *shard
-	key  string
-	hash uint64    // maphash of key under the Limiter's seed
-	next *keyState // the next state whose key has the same hash
-	lim  Limits
+	key string
+	lim Limits
 	// ls is the lease state of a leased Limiter's key (nil when
 	// standalone); req and tok then serve only as fallback buckets.
 	ls *leaseState
+	// kl is an immutable copy of lim (and, standalone, of the buckets'
+	// parameters) that reservations point to for their Status; a limit
+	// change makes a new one.
+	kl       *keyLimits
+	req, tok bucket.Bucket // valid only while lim.RPM > 0, lim.TPM > 0
 	// dead is set when the shard dropped this state (its buckets were full);
 	// a reservation that still points here looks the key up again.
-	dead     bool
-	req, tok bucket.Bucket // valid only while lim.RPM > 0, lim.TPM > 0
+	dead bool
+
+	sh   *shard
+	hash uint64    // maphash of key under the Limiter's seed
+	next *keyState // the next state whose key has the same hash
 }
 
 // validateLimits checks lim without touching any state.
@@ -42,15 +52,32 @@ func validateLimits(lim Limits) error {
 	return nil
 }
 
+// keyLimits is an immutable copy of a key's limits and, for a standalone
+// key, of its buckets' fixed-point parameters (their levels are not used).
+// A Reservation keeps a pointer to it and the levels it left, and computes
+// its Status only when asked, without the key's lock: admission does no
+// division for headers nobody may read.
+type keyLimits struct {
+	lim      Limits
+	req, tok bucket.Bucket
+}
+
 // newKeyState returns full buckets for lim at now. lim must be valid.
 func newKeyState(sh *shard, key string, h uint64, lim Limits, now bucket.Instant) *keyState {
-	st := &keyState{sh: sh, key: key, hash: h, lim: lim}
+	// One allocation for the state and its first limits.
+	sk := &struct {
+		keyState
+		kl keyLimits
+	}{}
+	st := &sk.keyState
+	*st = keyState{sh: sh, key: key, hash: h, lim: lim, kl: &sk.kl}
 	if bl, ok := lim.RequestLimit(); ok {
 		st.req, _ = bucket.New(bl, now)
 	}
 	if bl, ok := lim.TokenLimit(); ok {
 		st.tok, _ = bucket.New(bl, now)
 	}
+	sk.kl = keyLimits{lim: lim, req: st.req, tok: st.tok}
 	return st
 }
 
@@ -73,6 +100,7 @@ func (st *keyState) setLimits(lim Limits, now bucket.Instant) {
 	follow(&st.req, st.lim.RPM > 0, rl, rok)
 	follow(&st.tok, st.lim.TPM > 0, tl, tok)
 	st.lim = lim
+	st.kl = &keyLimits{lim: lim, req: st.req, tok: st.tok}
 }
 
 // advance refills both buckets to now.
@@ -129,17 +157,39 @@ func (st *keyState) give(c Cost) {
 
 // status reports the buckets as a client should see them (as of the last
 // advance).
-func (st *keyState) status() Status {
-	var s Status
+func (st *keyState) status() Status { return statusOf(st.lim, &st.req, &st.tok) }
+
+// levels returns both buckets' levels in fixed-point units (0 for an
+// unlimited dimension), for keyLimits.status.
+func (st *keyState) levels() (req, tok int64) {
 	if st.lim.RPM > 0 {
-		s.LimitRequests = st.req.Limit().Capacity
-		s.RemainingRequests = max(0, st.req.Tokens())
-		s.ResetRequests = st.req.TimeToFull()
+		req, _ = st.req.Level()
 	}
 	if st.lim.TPM > 0 {
-		s.LimitTokens = st.tok.Limit().Capacity
-		s.RemainingTokens = max(0, st.tok.Tokens())
-		s.ResetTokens = st.tok.TimeToFull()
+		tok, _ = st.tok.Level()
+	}
+	return req, tok
+}
+
+// status is what keyState.status reported when the buckets held levels
+// req and tok.
+func (kl *keyLimits) status(req, tok int64) Status {
+	r, t := kl.req.WithLevel(req), kl.tok.WithLevel(tok)
+	return statusOf(kl.lim, &r, &t)
+}
+
+// statusOf reports buckets req and tok of a key with limits lim.
+func statusOf(lim Limits, req, tok *bucket.Bucket) Status {
+	var s Status
+	if lim.RPM > 0 {
+		s.LimitRequests = req.Limit().Capacity
+		s.RemainingRequests = max(0, req.Tokens())
+		s.ResetRequests = req.TimeToFull()
+	}
+	if lim.TPM > 0 {
+		s.LimitTokens = tok.Limit().Capacity
+		s.RemainingTokens = max(0, tok.Tokens())
+		s.ResetTokens = tok.TimeToFull()
 	}
 	return s
 }

@@ -27,18 +27,18 @@ func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim L
 	if ahead {
 		now = l.timeOf(inst)
 	}
-	st, err := l.lockKey(h, key, lim, inst)
+	sh, st, err := l.lockKey(h, key, lim, inst)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	sh, ls := st.sh, st.ls
+	ls := st.ls
 	if dim, big := oversize(lim, c); big {
 		rej := &RejectError{Status: ls.status(lim, inst), Dimension: dim, Oversize: true, Cost: c}
 		sh.mu.Unlock()
 		lz.cfg.metrics.reject(rej)
 		return nil, time.Time{}, rej
 	}
-	if r := l.admitLeaseLocked(st, c, inst, pathLocal); r != nil {
+	if r := l.admitLeaseLocked(sh, st, c, inst, pathLocal); r != nil {
 		sh.mu.Unlock()
 		return r, now, nil
 	}
@@ -133,7 +133,7 @@ func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost
 			sh.mu.Unlock()
 			return l.reserveLeased(ctx, st.hash, st.key, lim, c, 0, false)
 		}
-		if r := l.admitLeaseLocked(st, c, inst, pathSlow); r != nil {
+		if r := l.admitLeaseLocked(sh, st, c, inst, pathSlow); r != nil {
 			sh.mu.Unlock()
 			return r, now, nil
 		}
@@ -161,7 +161,7 @@ func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost
 // admitLeaseLocked admits c from st's lease if it is valid and covers c,
 // starting a refresh when the lease falls below its low watermark. It
 // returns nil when the lease cannot cover c.
-func (l *Limiter) admitLeaseLocked(st *keyState, c Cost, now bucket.Instant, path admitPath) Reservation {
+func (l *Limiter) admitLeaseLocked(sh *shard, st *keyState, c Cost, now bucket.Instant, path admitPath) Reservation {
 	ls := st.ls
 	if !ls.valid(now) || !ls.covers(st.lim, c) {
 		return nil
@@ -171,7 +171,7 @@ func (l *Limiter) admitLeaseLocked(st *keyState, c Cost, now bucket.Instant, pat
 		l.lz.enqueueLocked(st, false)
 	}
 	l.lz.cfg.metrics.admit(path)
-	return &leasedReservation{st: st, cost: c, status: ls.status(st.lim, now), path: path, gen: ls.gen}
+	return ls.reservation(sh, st, c, now, path, ls.gen)
 }
 
 // fallbackLocked decides c for a key without a usable lease while the
@@ -220,7 +220,7 @@ func (l *Limiter) fallbackLocked(st *keyState, c Cost, now bucket.Instant) (Rese
 	ls.debt = add(ls.debt, lc)
 	ls.record(lc, now)
 	m.admit(pathFallback)
-	return &leasedReservation{st: st, cost: c, status: ls.status(st.lim, now), path: pathFallback}, nil
+	return ls.reservation(st.sh, st, c, now, pathFallback, 0), nil
 }
 
 // shareOf is lim divided among n spenders, at least 1 per limited dimension.
@@ -279,7 +279,7 @@ func (l *Limiter) reserveAhead(ctx context.Context, st *keyState, lim Limits, c 
 		ls.outstanding = add(ls.outstanding, lc)
 		ls.record(lc, inst)
 		lz.cfg.metrics.admit(pathAhead)
-		return &leasedReservation{st: st, cost: c, status: ls.status(lim, inst), path: pathAhead}, res.recv.Add(wait), nil
+		return ls.reservation(sh, st, c, inst, pathAhead, 0), res.recv.Add(wait), nil
 	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
 		dim, _ := oversize(lim, c)
 		rej := &RejectError{Status: ls.status(lim, inst), Dimension: dim, Oversize: true, Cost: c}
@@ -296,15 +296,25 @@ func (l *Limiter) reserveAhead(ctx context.Context, st *keyState, lim Limits, c 
 
 // leasedReservation is a leased Limiter's Reservation.
 type leasedReservation struct {
-	st     *keyState
-	cost   Cost
-	status Status
-	gen    uint32 // the lease generation it was admitted from
-	path   admitPath
-	done   bool // guarded by st.sh.mu
+	sh   *shard // st.sh, kept here so that settling reads one cache line less
+	st   *keyState
+	kl   *keyLimits // the key's limits at admission
+	cost Cost
+	rem  [2]int64 // requests and tokens remaining right after admission; with kl, the Status
+	gen  uint32   // the lease generation it was admitted from
+	path admitPath
+	done bool // guarded by st.sh.mu
 }
 
-func (r *leasedReservation) Status() Status { return r.status }
+// reservation returns the Reservation for c, admitted at now on path from
+// lease generation gen. Call it with the shard locked, after the spend.
+func (ls *leaseState) reservation(sh *shard, st *keyState, c Cost, now bucket.Instant, path admitPath, gen uint32) *leasedReservation {
+	r := &leasedReservation{sh: sh, st: st, kl: st.kl, cost: c, path: path, gen: gen}
+	r.rem[0], r.rem[1] = ls.remaining(st.lim, now)
+	return r
+}
+
+func (r *leasedReservation) Status() Status { return leasedStatus(r.kl.lim, r.rem[0], r.rem[1]) }
 
 func (r *leasedReservation) Cancel() { r.settle(Cost{}, true) }
 
@@ -314,8 +324,7 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 	// Clamped so that absurd usage saturates instead of overflowing the
 	// sums it is added to.
 	actual.Requests, actual.Tokens = min(max(0, actual.Requests), maxWire), min(max(0, actual.Tokens), maxWire)
-	st := r.st
-	sh := st.sh
+	st, sh := r.st, r.sh
 	l := sh.l
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

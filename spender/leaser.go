@@ -520,8 +520,8 @@ func (lz *leaser) maintain(force bool) {
 		sh := &lz.l.shards[i]
 		sh.mu.Lock()
 		held += sh.n
-		for _, head := range sh.keys {
-			for st := head; st != nil; st = st.next {
+		for _, slot := range sh.keys.slots {
+			for st := slot.st; st != nil; st = st.next {
 				ls := st.ls
 				if ls == nil || ls.queued {
 					continue
@@ -604,8 +604,8 @@ func (lz *leaser) release(ctx context.Context) error {
 	for i := range lz.l.shards {
 		sh := &lz.l.shards[i]
 		sh.mu.Lock()
-		for _, head := range sh.keys {
-			for st := head; st != nil; st = st.next {
+		for _, slot := range sh.keys.slots {
+			for st := slot.st; st != nil; st = st.next {
 				ls := st.ls
 				if ls == nil {
 					continue

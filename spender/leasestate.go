@@ -10,26 +10,12 @@ import (
 // leaseState is one key's share of its global budget in a leased Limiter.
 // It is guarded by the key's shard mutex. Only limited dimensions are
 // tracked; an unlimited one is never short.
+//
+// Its fields that every admission reads or writes come last, so that in a
+// leased key's allocation (a leaseState followed by its keyState) they sit
+// in the two cache lines just before the keyState's own hot line; the
+// layout test (TestLeasedKeyLayout) keeps it so.
 type leaseState struct {
-	// Read or written by every Reserve, kept together.
-	expiry      bucket.Instant // when avail stops being spendable
-	avail       Cost           // granted and unspent; spendable while now < expiry
-	outstanding Cost           // admitted and not yet settled (counted as held)
-	lowWater    Cost           // refresh when the lease falls below this plus a request
-	spentTotal  Cost           // spent since the state was made, net of refunds
-	lastCost    Cost
-	lastUse     bucket.Instant
-	gen         uint32 // moves on each time the lease is seen to expire
-	queued      bool   // waiting for the next Acquire
-	inCall      bool   // in the Acquire being sent
-	hasSnap     bool   // snapRem and snapAt hold an answer
-
-	// The key's global state as of the last answer, for headers: whole
-	// units left in the global buckets, copied out of the answer so the
-	// hot path reads no message.
-	snapRem Cost
-	snapAt  bucket.Instant
-
 	debt Cost // spent beyond any grant, not yet reported
 	ret  Cost // to give back on the next call
 
@@ -53,6 +39,24 @@ type leaseState struct {
 
 	fallback bool   // fallback buckets (keyState.req/tok) are at fbLim
 	fbLim    Limits // the share the fallback buckets were made for
+
+	// Read or written by every Reserve, kept together at the end.
+	expiry      bucket.Instant // when avail stops being spendable
+	avail       Cost           // granted and unspent; spendable while now < expiry
+	outstanding Cost           // admitted and not yet settled (counted as held)
+	lowWater    Cost           // refresh when the lease falls below this plus a request
+	spentTotal  Cost           // spent since the state was made, net of refunds
+	lastCost    Cost
+	lastUse     bucket.Instant
+	// The key's global state as of the last answer, for headers: whole
+	// units left in the global buckets, copied out of the answer so the
+	// hot path reads no message.
+	snapRem Cost
+	snapAt  bucket.Instant
+	gen     uint32 // moves on each time the lease is seen to expire
+	queued  bool   // waiting for the next Acquire
+	inCall  bool   // in the Acquire being sent
+	hasSnap bool   // snapRem and snapAt hold an answer
 }
 
 // valid reports whether the lease may be spent at now, dropping it if not:
@@ -225,29 +229,53 @@ func (ls *leaseState) idle(now bucket.Instant) bool {
 // spender this is exact; with several, other spenders' unspent leases and
 // spending since the last answer are not seen.
 func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
-	var s Status
+	req, tok := ls.remaining(lim, now)
+	return leasedStatus(lim, req, tok)
+}
+
+// remaining is the Remaining part of status, per dimension (0 for an
+// unlimited one). A reservation keeps only these and computes the rest of
+// its Status when asked.
+func (ls *leaseState) remaining(lim Limits, now bucket.Instant) (req, tok int64) {
 	age := float64(max(0, int64(now-ls.snapAt)))
 	// Floating point suffices here: these numbers are what a client is
-	// told, never what is admitted, and it spares two integer divisions
-	// per dimension on the hot path.
-	dim := func(rate, burst, snapRem, avail int64) (limit, remaining int64, reset time.Duration) {
-		limit = capacityOf(rate, burst)
+	// told, never what is admitted, and it spares integer divisions on the
+	// hot path.
+	dim := func(rate, burst, snapRem, avail int64) int64 {
+		limit := capacityOf(rate, burst)
 		perUs := float64(rate) * (1 / float64(minuteUs)) // a constant reciprocal: no division
-		remaining = max(0, avail)
+		remaining := max(0, avail)
 		if ls.hasSnap {
 			remaining += min(limit, max(0, snapRem)+int64(min(float64(limit), age*perUs)))
 		}
-		remaining = min(limit, remaining)
-		if remaining == limit {
+		return min(limit, remaining)
+	}
+	if lim.RPM > 0 {
+		req = dim(lim.RPM, lim.BurstRequests, ls.snapRem.Requests, ls.avail.Requests)
+	}
+	if lim.TPM > 0 {
+		tok = dim(lim.TPM, lim.BurstTokens, ls.snapRem.Tokens, ls.avail.Tokens)
+	}
+	return req, tok
+}
+
+// leasedStatus is the Status of a key with limits lim and req requests and
+// tok tokens remaining: each limited dimension's capacity, what remains,
+// and how long its global bucket takes to refill from there.
+func leasedStatus(lim Limits, req, tok int64) Status {
+	dim := func(rate, burst, remaining int64) (int64, int64, time.Duration) {
+		limit := capacityOf(rate, burst)
+		if remaining >= limit {
 			return limit, remaining, 0
 		}
 		return limit, remaining, time.Duration(float64(limit-remaining)*float64(minuteUs)/float64(rate)) * time.Microsecond
 	}
+	var s Status
 	if lim.RPM > 0 {
-		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, lim.BurstRequests, ls.snapRem.Requests, ls.avail.Requests)
+		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, lim.BurstRequests, req)
 	}
 	if lim.TPM > 0 {
-		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, lim.BurstTokens, ls.snapRem.Tokens, ls.avail.Tokens)
+		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, lim.BurstTokens, tok)
 	}
 	return s
 }

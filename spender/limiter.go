@@ -49,7 +49,8 @@ type shard struct {
 	// keys holds the state of every key with a bucket that is not full
 	// (and, until the next sweep, some that are), by the key's 64-bit
 	// hash; keys whose hashes collide are chained through keyState.next.
-	keys     map[uint64]*keyState
+	keys     keyTable
+	kept     []tableSlot    // the sweep's scratch space
 	n        int            // number of keyStates in keys, chains included
 	sweepAt  bucket.Instant // sweep when the clock reaches this
 	sweepLen int            // or when n reaches this
@@ -83,7 +84,6 @@ func New(clock Clock, opts ...Option) *Limiter {
 	}
 	for i := range l.shards {
 		l.shards[i].l = l
-		l.shards[i].keys = make(map[uint64]*keyState)
 		l.shards[i].sweepAt = bucket.Instant(0).Add(cfg.sweep)
 		l.shards[i].sweepLen = minSweepLen
 	}
@@ -143,11 +143,10 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, m
 		return l.reserveLeased(ctx, h, key, lim, c, maxWait, ahead)
 	}
 	inst := l.now()
-	st, err := l.lockKey(h, key, lim, inst)
+	sh, st, err := l.lockKey(h, key, lim, inst)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	sh := st.sh
 	st.advance(inst)
 	w, dim, fits := st.wait(c)
 	if !fits || w > maxWait {
@@ -156,7 +155,8 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, m
 		return nil, time.Time{}, rej
 	}
 	st.take(c)
-	r := &reservation{st: st, cost: c, status: st.status()}
+	r := &reservation{sh: sh, st: st, kl: st.kl, cost: c}
+	r.lvl[0], r.lvl[1] = st.levels()
 	sh.mu.Unlock()
 	if !ahead {
 		return r, time.Time{}, nil
@@ -177,9 +177,9 @@ func (l *Limiter) now() bucket.Instant {
 // timeOf is the clock time of instant i.
 func (l *Limiter) timeOf(i bucket.Instant) time.Time { return i.Time(l.epoch) }
 
-// lockKey locks key's shard, sweeps it when due, and returns key's state
-// with the shard still locked; on error the shard is unlocked.
-func (l *Limiter) lockKey(h uint64, key string, lim Limits, now bucket.Instant) (*keyState, error) {
+// lockKey locks key's shard, sweeps it when due, and returns the shard and
+// key's state with the shard still locked; on error the shard is unlocked.
+func (l *Limiter) lockKey(h uint64, key string, lim Limits, now bucket.Instant) (*shard, *keyState, error) {
 	sh := &l.shards[h&l.mask]
 	sh.mu.Lock()
 	if now >= sh.sweepAt || sh.n >= sh.sweepLen {
@@ -188,9 +188,9 @@ func (l *Limiter) lockKey(h uint64, key string, lim Limits, now bucket.Instant) 
 	st, err := sh.lookupLocked(h, key, lim, now)
 	if err != nil {
 		sh.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
-	return st, nil
+	return sh, st, nil
 }
 
 // lookupLocked returns key's state, creating it or making it follow
@@ -208,12 +208,8 @@ func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Insta
 	}
 	switch {
 	case st == nil && sh.l.lz != nil:
-		// One allocation for both, so the hot path touches adjacent memory.
-		lk := &struct {
-			leaseState // its hot fields first, then the key's own
-			keyState
-		}{}
-		lk.keyState = keyState{sh: sh, key: key, hash: h, lim: lim, ls: &lk.leaseState}
+		lk := &leasedKey{kl: keyLimits{lim: lim}}
+		lk.keyState = keyState{sh: sh, key: key, hash: h, lim: lim, kl: &lk.kl, ls: &lk.leaseState}
 		lk.leaseState.lastUse = now // not idle before it had a chance to be used
 		st = &lk.keyState
 		sh.linkLocked(st)
@@ -221,16 +217,25 @@ func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Insta
 		st = newKeyState(sh, key, h, lim, now)
 		sh.linkLocked(st)
 	case st.ls != nil:
-		st.lim = lim
+		st.lim, st.kl = lim, &keyLimits{lim: lim}
 	default:
 		st.setLimits(lim, now)
 	}
 	return st, nil
 }
 
+// leasedKey is a leased key's state in one allocation, laid out so that an
+// admission touches three adjacent cache lines: the lease's hot fields (the
+// last 128 bytes of leaseState) and the keyState's first line.
+type leasedKey struct {
+	leaseState
+	keyState
+	kl keyLimits // the first limits; a change makes a new one
+}
+
 // findLocked returns key's state, or nil.
 func (sh *shard) findLocked(h uint64, key string) *keyState {
-	st := sh.keys[h]
+	st := sh.keys.get(h)
 	for st != nil && st.key != key {
 		st = st.next
 	}
@@ -239,17 +244,18 @@ func (sh *shard) findLocked(h uint64, key string) *keyState {
 
 // linkLocked adds st, whose key must not be present.
 func (sh *shard) linkLocked(st *keyState) {
-	st.next = sh.keys[st.hash]
-	sh.keys[st.hash] = st
+	st.next = sh.keys.get(st.hash)
+	sh.keys.set(st.hash, st)
 	sh.n++
 }
 
 // sweepLocked drops the state of every key in sh whose buckets are full at
 // now, and schedules the next sweep.
 func (sh *shard) sweepLocked(now bucket.Instant) {
-	for h, head := range sh.keys {
+	kept := sh.kept[:0]
+	for _, s := range sh.keys.slots {
 		var keep *keyState
-		for st := head; st != nil; {
+		for st := s.st; st != nil; {
 			next := st.next
 			if st.droppable(now) {
 				st.dead = true
@@ -260,12 +266,16 @@ func (sh *shard) sweepLocked(now bucket.Instant) {
 			}
 			st = next
 		}
-		if keep == nil {
-			delete(sh.keys, h)
-		} else {
-			sh.keys[h] = keep
+		if keep != nil {
+			kept = append(kept, tableSlot{h: s.h, st: keep})
 		}
 	}
+	sh.keys.rebuild(kept)
+	clear(kept)
+	if cap(kept) > 4*len(sh.keys.slots) {
+		kept = nil // the shard shrank a lot: let the scratch space go too
+	}
+	sh.kept = kept[:0]
 	sh.sweepAt = now.Add(sh.l.sweep)
 	sh.sweepLen = max(2*sh.n, minSweepLen)
 }
@@ -309,20 +319,22 @@ func (l *Limiter) Close(ctx context.Context) error {
 
 // reservation is a standalone Limiter's Reservation.
 type reservation struct {
-	st     *keyState // may be dropped (dead) by a sweep before settlement
-	cost   Cost
-	status Status // immutable after creation
-	done   bool   // guarded by st.sh.mu
+	sh   *shard     // st.sh, kept here so that settling reads one cache line less
+	st   *keyState  // may be dropped (dead) by a sweep before settlement
+	kl   *keyLimits // the key's limits at admission
+	cost Cost
+	lvl  [2]int64 // the buckets' levels right after admission; with kl, the Status
+	done bool     // guarded by st.sh.mu
 }
 
-func (r *reservation) Status() Status { return r.status }
+func (r *reservation) Status() Status { return r.kl.status(r.lvl[0], r.lvl[1]) }
 
 func (r *reservation) Cancel() { r.Settle(Cost{}) }
 
 func (r *reservation) Settle(actual Cost) {
 	actual.Requests, actual.Tokens = max(0, actual.Requests), max(0, actual.Tokens)
 	refund := Cost{Requests: r.cost.Requests - actual.Requests, Tokens: r.cost.Tokens - actual.Tokens}
-	sh := r.st.sh
+	sh := r.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if r.done {
