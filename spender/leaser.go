@@ -247,6 +247,10 @@ func (lz *leaser) buildAcquire(keys []*keyState) *acquireCall {
 	inst := lz.l.now()
 	c := &acquireCall{req: &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))},
 		keys: keys, waits: make([]chan struct{}, len(keys)), sent: inst, start: time.Now()}
+	// Each key's messages come from one block, one allocation per call
+	// instead of eight per key: refreshes are most of a leased Limiter's
+	// garbage besides the reservations.
+	blocks := make([]keyAcquireMsgs, len(keys))
 	for i, st := range keys {
 		sh := st.sh
 		sh.mu.Lock()
@@ -254,16 +258,16 @@ func (lz *leaser) buildAcquire(keys []*keyState) *acquireCall {
 		ls.valid(inst)
 		ls.updateRate(inst)
 		held := add(ls.avail, ls.outstanding)
-		c.req.Keys = append(c.req.Keys, &leasev1.KeyAcquire{
-			Key:       st.key,
-			Limits:    toLimits(st.lim),
-			Want:      toAmount(ls.want(st.lim, lz.cfg.horizon)),
-			Need:      toAmount(ls.need(st.lim)),
-			SpendRate: toAmount(Cost{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)}),
-			Returned:  toAmount(ls.ret),
-			Held:      toAmount(Cost{Requests: max(0, held.Requests), Tokens: max(0, held.Tokens)}),
-			Debt:      toAmount(ls.debt),
-		})
+		m := &blocks[i]
+		ka := &m.ka
+		ka.Key, ka.Limits = st.key, setLimits(&m.lim, st.lim)
+		ka.Want = setAmount(&m.amt[0], ls.want(st.lim, lz.cfg.horizon))
+		ka.Need = setAmount(&m.amt[1], ls.need(st.lim))
+		ka.SpendRate = setAmount(&m.amt[2], Cost{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)})
+		ka.Returned = setAmount(&m.amt[3], ls.ret)
+		ka.Held = setAmount(&m.amt[4], Cost{Requests: max(0, held.Requests), Tokens: max(0, held.Tokens)})
+		ka.Debt = setAmount(&m.amt[5], ls.debt)
+		c.req.Keys = append(c.req.Keys, ka)
 		ls.ret, ls.debt, ls.waitMax, ls.waitSum = Cost{}, Cost{}, Cost{}, Cost{}
 		ls.queued, ls.inCall = false, true
 		c.waits[i] = ls.wait
@@ -271,6 +275,13 @@ func (lz *leaser) buildAcquire(keys []*keyState) *acquireCall {
 		sh.mu.Unlock()
 	}
 	return c
+}
+
+// keyAcquireMsgs is one key's part of an Acquire body.
+type keyAcquireMsgs struct {
+	ka  leasev1.KeyAcquire
+	lim leasev1.Limits
+	amt [6]leasev1.Amount
 }
 
 // wake releases the Reserves waiting on the call's keys, once.

@@ -310,14 +310,22 @@ func sub(a, b Cost) Cost { return Cost{Requests: a.Requests - b.Requests, Tokens
 const maxWire = 1 << 50
 
 // toAmount is c on the wire: each field clamped to [0, maxWire].
-func toAmount(c Cost) *leasev1.Amount {
-	return &leasev1.Amount{Requests: min(max(0, c.Requests), maxWire), Tokens: min(max(0, c.Tokens), maxWire)}
+func toAmount(c Cost) *leasev1.Amount { return setAmount(new(leasev1.Amount), c) }
+
+// setAmount sets a to c on the wire (see toAmount) and returns a.
+func setAmount(a *leasev1.Amount, c Cost) *leasev1.Amount {
+	a.Requests, a.Tokens = min(max(0, c.Requests), maxWire), min(max(0, c.Tokens), maxWire)
+	return a
 }
 
 func fromAmount(a *leasev1.Amount) Cost {
 	return Cost{Requests: a.GetRequests(), Tokens: a.GetTokens()}
 }
 
-func toLimits(l Limits) *leasev1.Limits {
-	return &leasev1.Limits{Rpm: l.RPM, Tpm: l.TPM, BurstRequests: l.BurstRequests, BurstTokens: l.BurstTokens}
+func toLimits(l Limits) *leasev1.Limits { return setLimits(new(leasev1.Limits), l) }
+
+// setLimits sets m to l on the wire and returns m.
+func setLimits(m *leasev1.Limits, l Limits) *leasev1.Limits {
+	m.Rpm, m.Tpm, m.BurstRequests, m.BurstTokens = l.RPM, l.TPM, l.BurstRequests, l.BurstTokens
+	return m
 }
