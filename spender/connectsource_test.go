@@ -23,8 +23,15 @@ import (
 // requiring token, and returns its base URL.
 func serveAllocator(t *testing.T, clk *fakeclock.Clock, token string) string {
 	t.Helper()
+	return serveService(t, newAllocator(t, clk), token)
+}
+
+// serveService serves svc over h2c on loopback, requiring token, and
+// returns its base URL.
+func serveService(t testing.TB, svc *allocator.Service, token string) string {
+	t.Helper()
 	srv := connect.NewServer(allocator.BearerAuth([]string{token}))
-	leasev1connect.RegisterLeaseServiceHandler(srv, newAllocator(t, clk))
+	leasev1connect.RegisterLeaseServiceHandler(srv, svc)
 	mux := http.NewServeMux()
 	connecthttp.Mount(mux, srv)
 	p := new(http.Protocols)
