@@ -64,7 +64,7 @@ func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*le
 	}
 	s.m.acquired(*kp, r)
 	s.m.call("Acquire", start, nil)
-	return acquireResponseOf(r), nil
+	return acquireResponseOf(r, holderOf(ctx)), nil
 }
 
 // ReserveAhead implements LeaseService.ReserveAhead.
