@@ -9,10 +9,20 @@ import (
 	"github.com/rationhq/ration/bucket"
 )
 
-// Record formats (version 1). Every record starts with its version byte;
-// integers are varints. A record that fails to decode or validate is not
-// vouched for: its key starts empty (invariant 5), its session is dropped.
-const recordVersion = 1
+// Record formats. Every record starts with its version byte; integers are
+// varints. A record that fails to decode or validate is not vouched for:
+// its key starts empty (invariant 5), its session is dropped.
+//
+// Version 2 (written since store format 2) differs from version 1 in two
+// ways, both to journal fewer bytes per call: a key record writes its
+// instants (bucket refill instants, holding expiries) as differences from
+// the first one, and a session's stored Acquire or ReserveAhead reply
+// leaves out the per-key snapshots (informational; a retry answered from a
+// reply read back from disk gets them recomputed from the key's state, see
+// Ledger.restoreSnapshots). Version 1 records still decode.
+const recordVersion = 2
+
+const recordVersion1 = 1
 
 var errCorrupt = errors.New("corrupt record")
 
@@ -126,12 +136,26 @@ func encodeKey(e *enc, k *keyState) {
 	e.i(k.lim.TPM)
 	e.i(k.lim.BurstRequests)
 	e.i(k.lim.BurstTokens)
-	for _, d := range []*dim{&k.req, &k.tok} {
-		if d.on {
-			s := d.b.State()
-			e.i(s.Level)
-			e.i(int64(s.Last))
-		}
+	// base: the first bucket's refill instant (a valid record has a bucket);
+	// the other instants are written relative to it (wrapping arithmetic,
+	// so exact for any values).
+	var base bucket.Instant
+	switch {
+	case k.req.on:
+		base = k.req.b.State().Last
+	case k.tok.on:
+		base = k.tok.b.State().Last
+	}
+	e.i(int64(base))
+	if k.req.on {
+		s := k.req.b.State()
+		e.i(s.Level)
+		e.i(int64(s.Last - base))
+	}
+	if k.tok.on {
+		s := k.tok.b.State()
+		e.i(s.Level)
+		e.i(int64(s.Last - base))
 	}
 	e.u(uint64(len(k.holds)))
 	for i := range k.holds {
@@ -141,13 +165,14 @@ func encodeKey(e *enc, k *keyState) {
 		e.u(h.lastSeq)
 		e.amount(h.held)
 		e.amount(h.rate)
-		e.i(int64(h.expiry))
+		e.i(int64(h.expiry - base))
 	}
 }
 
 func decodeKey(b []byte) (*keyState, error) {
 	d := &dec{b: b}
-	if d.byte() != recordVersion {
+	v := d.byte()
+	if v != recordVersion && v != recordVersion1 {
 		return nil, fmt.Errorf("allocator: key record version: %w", errCorrupt)
 	}
 	k := &keyState{}
@@ -166,6 +191,10 @@ func decodeKey(b []byte) (*keyState, error) {
 	if err := validateLimits(0, k.lim); err != nil || (k.lim.RPM == 0 && k.lim.TPM == 0) {
 		return nil, fmt.Errorf("allocator: key record limits: %w", errCorrupt)
 	}
+	var base bucket.Instant // version 1: instants are absolute
+	if v != recordVersion1 {
+		base = bucket.Instant(d.i())
+	}
 	for _, x := range []struct {
 		d           *dim
 		rate, burst int64
@@ -174,7 +203,7 @@ func decodeKey(b []byte) (*keyState, error) {
 		if !on {
 			continue
 		}
-		st := bucket.State{Level: d.i(), Last: bucket.Instant(d.i())}
+		st := bucket.State{Level: d.i(), Last: bucket.Instant(d.i()) + base}
 		if d.err != nil {
 			return nil, d.err
 		}
@@ -187,7 +216,7 @@ func decodeKey(b []byte) (*keyState, error) {
 	n := d.count(maxHoldsPerKey)
 	k.holds = make([]holding, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
-		h := holding{spender: d.str(MaxSpenderIDLen), epoch: d.u(), lastSeq: d.u(), held: d.amount(), rate: d.amount(), expiry: bucket.Instant(d.i())}
+		h := holding{spender: d.str(MaxSpenderIDLen), epoch: d.u(), lastSeq: d.u(), held: d.amount(), rate: d.amount(), expiry: bucket.Instant(d.i()) + base}
 		if h.spender == "" || h.epoch == 0 {
 			d.fail()
 		}
@@ -222,7 +251,6 @@ func encodeSession(e *enc, s *session) {
 			e.amount(x.Returned)
 			e.amount(x.Held)
 			e.dur(x.RetryAfter)
-			encodeSnapshot(e, &x.Snapshot)
 			e.u(uint64(x.ActiveSpenders))
 		}
 	case *ReserveReply:
@@ -233,7 +261,6 @@ func encodeSession(e *enc, s *session) {
 			e.byte(byte(x.Status))
 			e.dur(x.Wait)
 			e.amount(x.Held)
-			encodeSnapshot(e, &x.Snapshot)
 			e.u(uint64(x.ActiveSpenders))
 		}
 	case *ReleaseReply:
@@ -244,16 +271,13 @@ func encodeSession(e *enc, s *session) {
 	}
 }
 
-func encodeSnapshot(e *enc, s *Snapshot) {
-	for _, d := range []*DimSnapshot{&s.Requests, &s.Tokens} {
-		e.i(d.Limit)
-		e.i(d.Remaining)
-		e.dur(d.Reset)
-	}
-}
-
-func decodeSnapshot(d *dec) Snapshot {
+// decodeSnapshot reads a version 1 record's snapshot; version 2 has none
+// (zero, and the session marked to restore it).
+func decodeSnapshot(d *dec, v byte) Snapshot {
 	var s Snapshot
+	if v != recordVersion1 {
+		return s
+	}
 	for _, x := range []*DimSnapshot{&s.Requests, &s.Tokens} {
 		*x = DimSnapshot{Limit: d.i(), Remaining: d.i(), Reset: d.dur()}
 	}
@@ -262,10 +286,11 @@ func decodeSnapshot(d *dec) Snapshot {
 
 func decodeSession(b []byte) (*session, error) {
 	d := &dec{b: b}
-	if d.byte() != recordVersion {
+	v := d.byte()
+	if v != recordVersion && v != recordVersion1 {
 		return nil, fmt.Errorf("allocator: session record version: %w", errCorrupt)
 	}
-	s := &session{epoch: d.u(), seq: d.u()}
+	s := &session{epoch: d.u(), seq: d.u(), noSnapshots: v != recordVersion1}
 	if len(d.b) < 8 {
 		return nil, errCorrupt
 	}
@@ -280,7 +305,7 @@ func decodeSession(b []byte) (*session, error) {
 		r.Keys = make([]AcquireResult, d.count(MaxBatch))
 		for i := range r.Keys {
 			r.Keys[i] = AcquireResult{Status: Status(d.byte()), Granted: d.amount(), Returned: d.amount(), Held: d.amount(),
-				RetryAfter: d.dur(), Snapshot: decodeSnapshot(d), ActiveSpenders: int(d.u())}
+				RetryAfter: d.dur(), Snapshot: decodeSnapshot(d, v), ActiveSpenders: int(d.u())}
 		}
 		s.reply = r
 	case kindReserve:
@@ -288,7 +313,7 @@ func decodeSession(b []byte) (*session, error) {
 		r.Keys = make([]ReserveResult, d.count(MaxBatch))
 		for i := range r.Keys {
 			r.Keys[i] = ReserveResult{Status: Status(d.byte()), Wait: d.dur(), Held: d.amount(),
-				Snapshot: decodeSnapshot(d), ActiveSpenders: int(d.u())}
+				Snapshot: decodeSnapshot(d, v), ActiveSpenders: int(d.u())}
 		}
 		s.reply = r
 	case kindRelease:

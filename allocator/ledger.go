@@ -69,6 +69,13 @@ func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*Acq
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindAcquire, d)
 	if err != nil || stored != nil {
+		if stored != nil && s.noSnapshots {
+			r := stored.(*AcquireReply)
+			for i := range r.Keys {
+				r.Keys[i].Snapshot = l.snapshotNow(keys[i].Key, keys[i].Limits)
+			}
+			s.noSnapshots = false
+		}
 		end := l.logEnd()
 		l.mu.Unlock()
 		if err != nil {
@@ -101,6 +108,13 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindReserve, d)
 	if err != nil || stored != nil {
+		if stored != nil && s.noSnapshots {
+			r := stored.(*ReserveReply)
+			for i := range r.Keys {
+				r.Keys[i].Snapshot = l.snapshotNow(keys[i].Key, keys[i].Limits)
+			}
+			s.noSnapshots = false
+		}
 		end := l.logEnd()
 		l.mu.Unlock()
 		if err != nil {
@@ -161,7 +175,7 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 }
 
 // begin runs the exactly-once check with l.mu held. It returns the stored
-// reply of a retry, or the session to apply the call in.
+// reply of a retry (with its session), or the session to apply the call in.
 func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, now bucket.Instant, err error) {
 	if l.closed {
 		return nil, nil, 0, ErrClosed
@@ -172,7 +186,7 @@ func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, 
 		return nil, nil, 0, fmt.Errorf("allocator: spender %q epoch %d sequence %d: %w", c.SpenderID, c.Epoch, c.Sequence, err)
 	}
 	if stored != nil {
-		return stored, nil, 0, nil
+		return stored, s, 0, nil
 	}
 	if s == nil {
 		s = &session{}
@@ -187,6 +201,7 @@ func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, 
 // finish records the applied call in its session, with l.mu held.
 func (l *Ledger) finish(s *session, c Caller, k callKind, d digest, reply any, now bucket.Instant) {
 	s.seq, s.kind, s.digest, s.reply, s.seen = c.Sequence, k, d, reply, now
+	s.noSnapshots = false
 	l.markSession(c.SpenderID, s)
 }
 
@@ -208,6 +223,36 @@ func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant) *keyState {
 	ks.setLimits(lim, now)
 	l.markKey(name, ks)
 	return ks
+}
+
+// snapshotNow is the snapshot of key name at the clock's now, for a stored
+// reply read back from disk (record version 2 leaves snapshots out): the
+// key's buckets as they would be after refilling to now, without changing
+// them (the level cap is not applied, so Remaining may read a little high
+// while spenders hold leases); a key the ledger no longer tracks is full,
+// one whose state was lost is empty from the instant it was lost. lim are
+// the limits the retry sends, used when the key has none. With l.mu held.
+//
+// The snapshot is informational (x-ratelimit-* headers): the grants,
+// returns and holdings of the stored reply are what exactly-once is about,
+// and they are stored in full.
+func (l *Ledger) snapshotNow(name string, lim Limits) Snapshot {
+	now := l.now()
+	var k keyState
+	if ks := l.keys[name]; ks != nil && !ks.fresh {
+		k.req, k.tok = ks.req, ks.tok // copies: Bucket is a value
+	} else {
+		if lim.RPM == 0 && lim.TPM == 0 {
+			return Snapshot{}
+		}
+		k.fresh = true
+		if ks != nil {
+			k.emptyFrom = ks.emptyFrom
+		}
+		k.setLimits(lim, now)
+	}
+	k.advance(now)
+	return k.snapshot()
 }
 
 func (l *Ledger) acquireKey(k *AcquireKey, c Caller, now bucket.Instant, out *AcquireResult) {

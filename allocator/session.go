@@ -22,6 +22,10 @@ type session struct {
 	reply    any            // *AcquireReply, *ReserveReply or *ReleaseReply
 	seen     bucket.Instant // the latest call, for retention
 	mark     uint64         // store: log position of the latest change (0 = none)
+
+	// noSnapshots: reply was read back from disk without its snapshots
+	// (record version 2); they are recomputed before it is first sent.
+	noSnapshots bool
 }
 
 // check decides what to do with call c of kind k and digest d on session s

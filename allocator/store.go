@@ -21,7 +21,15 @@ var (
 	metaFormat     = []byte("format")
 )
 
-const storeFormat = "ration-allocator/1"
+// storeFormat names the layout of the store and the newest record version
+// it may hold. Format 1 (records of version 1 only) is upgraded in place on
+// Open: its records still decode, and writing the new name makes an older
+// binary refuse the store (it could not read version 2 records) instead
+// of treating them as lost state.
+const (
+	storeFormat  = "ration-allocator/2"
+	storeFormat1 = "ration-allocator/1"
+)
 
 // checkpointBytes is how much journal triggers a checkpoint.
 const checkpointBytes = 64 << 20
@@ -456,12 +464,12 @@ func (st *store) recover() error {
 			return err
 		}
 		switch f := meta.Get(metaFormat); {
-		case f == nil:
+		case f == nil, string(f) == storeFormat1:
 			if err := meta.Put(metaFormat, []byte(storeFormat)); err != nil {
 				return err
 			}
 		case string(f) != storeFormat:
-			return fmt.Errorf("allocator: store format %q, want %q", f, storeFormat)
+			return fmt.Errorf("allocator: store format %q, want %q (or %q, upgraded in place)", f, storeFormat, storeFormat1)
 		}
 		if _, err := tx.CreateBucketIfNotExists(bucketKeys); err != nil {
 			return err
