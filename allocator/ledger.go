@@ -84,9 +84,14 @@ func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*Acq
 		return stored.(*AcquireReply), l.syncTo(end)
 	}
 	reply := &AcquireReply{Keys: make([]AcquireResult, len(keys)), LeaseTTL: l.cfg.ttl}
-	for i := range keys {
-		l.acquireKey(&keys[i], c, now, &reply.Keys[i])
+	if cap(s.keys) < len(keys) {
+		s.keys = append(s.keys[:cap(s.keys)], make([]*keyState, len(keys)-cap(s.keys))...)
 	}
+	hints := s.keys[:len(keys)]
+	for i := range keys {
+		hints[i] = l.acquireKey(&keys[i], c, now, &reply.Keys[i], hints[i])
+	}
+	s.keys = hints
 	l.finish(s, c, kindAcquire, d, reply, now)
 	end := l.logEnd()
 	l.mu.Unlock()
@@ -206,18 +211,21 @@ func (l *Ledger) finish(s *session, c Caller, k callKind, d digest, reply any, n
 }
 
 // keyFor returns name's state following lim, creating it (full, or empty
-// if its state was lost) as needed; nil if lim leaves it unlimited.
-func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant) *keyState {
-	ks := l.keys[name]
+// if its state was lost) as needed; nil if lim leaves it unlimited. hint,
+// if not nil, is a state that may be name's (a session's cache).
+func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant, hint *keyState) *keyState {
+	ks := hint
+	if ks == nil || ks.gone || ks.name != name {
+		ks = l.keys[name]
+	}
 	if lim.RPM == 0 && lim.TPM == 0 {
 		if ks != nil {
-			delete(l.keys, name)
-			l.markKey(name, nil)
+			l.dropKey(name, ks)
 		}
 		return nil
 	}
 	if ks == nil {
-		ks = &keyState{fresh: true}
+		ks = &keyState{fresh: true, name: name}
 		l.keys[name] = ks
 	}
 	ks.setLimits(lim, now)
@@ -255,18 +263,27 @@ func (l *Ledger) snapshotNow(name string, lim Limits) Snapshot {
 	return k.snapshot()
 }
 
-func (l *Ledger) acquireKey(k *AcquireKey, c Caller, now bucket.Instant, out *AcquireResult) {
-	ks := l.keyFor(k.Key, k.Limits, now)
+// dropKey removes key name, whose state is ks, from the ledger.
+func (l *Ledger) dropKey(name string, ks *keyState) {
+	delete(l.keys, name)
+	ks.gone = true
+	l.markKey(name, nil)
+}
+
+// acquireKey applies one key of an Acquire call; hint as for keyFor. It
+// returns the key's state (nil if unlimited).
+func (l *Ledger) acquireKey(k *AcquireKey, c Caller, now bucket.Instant, out *AcquireResult, hint *keyState) *keyState {
+	ks := l.keyFor(k.Key, k.Limits, now, hint)
 	if ks == nil {
 		*out = AcquireResult{Status: StatusOK, Granted: k.Want}
-		return
+		return nil
 	}
 	ks.touch(now, l.cfg.ttl, l.cfg.strict)
 	h := &ks.holds[ks.holdingFor(c.SpenderID, c.Epoch, now)]
 	if h.lastSeq >= c.Sequence {
 		// Applied before a lost session record: change nothing more.
 		*out = AcquireResult{Status: StatusOK, Held: h.held, Snapshot: ks.snapshot(), ActiveSpenders: len(ks.holds)}
-		return
+		return ks
 	}
 	out.Returned.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
 	out.Returned.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
@@ -294,6 +311,7 @@ func (l *Ledger) acquireKey(k *AcquireKey, c Caller, now bucket.Instant, out *Ac
 	out.Held = h.held
 	out.Snapshot = ks.snapshot()
 	out.ActiveSpenders = len(ks.holds)
+	return ks
 }
 
 func fits(d *dim, n int64) bool { return !d.on || d.b.Fits(n) }
@@ -326,7 +344,7 @@ func (l *Ledger) grant(d *dim, held *int64, want, need, rate, rateSum int64, act
 }
 
 func (l *Ledger) reserveKey(k *ReserveKey, c Caller, now bucket.Instant, out *ReserveResult) {
-	ks := l.keyFor(k.Key, k.Limits, now)
+	ks := l.keyFor(k.Key, k.Limits, now, nil)
 	if ks == nil {
 		*out = ReserveResult{Status: StatusOK}
 		return
@@ -385,7 +403,7 @@ func (l *Ledger) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant, out *Am
 		if k.Debt == (Amount{}) {
 			return
 		}
-		if ks = l.keyFor(k.Key, k.Limits, now); ks == nil {
+		if ks = l.keyFor(k.Key, k.Limits, now, nil); ks == nil {
 			return
 		}
 	} else if k.Limits.RPM != 0 || k.Limits.TPM != 0 {
@@ -423,8 +441,7 @@ func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
 			l.markKey(name, ks) // touched state must be what is on disk
 		}
 		if ks.idle(now) {
-			delete(l.keys, name)
-			l.markKey(name, nil)
+			l.dropKey(name, ks)
 			keys++
 		}
 	}

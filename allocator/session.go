@@ -26,6 +26,13 @@ type session struct {
 	// noSnapshots: reply was read back from disk without its snapshots
 	// (record version 2); they are recomputed before it is first sent.
 	noSnapshots bool
+
+	// keys caches the states of the keys of the spender's latest Acquire,
+	// in request order: a spender asks for the same keys call after call,
+	// and following a pointer the call verifies (same name, not gone) costs
+	// fewer cache misses than a lookup in a map of many keys. Entries may
+	// be stale or nil; they are hints only. Not stored.
+	keys []*keyState
 }
 
 // check decides what to do with call c of kind k and digest d on session s

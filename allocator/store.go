@@ -499,7 +499,8 @@ func (st *store) recover() error {
 				ks = &keyState{fresh: true, emptyFrom: now}
 				lost++
 			}
-			l.keys[string(k)] = ks
+			ks.name = string(k)
+			l.keys[ks.name] = ks
 			return nil
 		})
 		if err != nil {
