@@ -91,6 +91,18 @@ func (d *dec) str(max int) string {
 	return s
 }
 
+// bytes reads a length-prefixed string without copying it.
+func (d *dec) bytes(max int) []byte {
+	n := d.u()
+	if n > uint64(max) || n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	s := d.b[:n:n]
+	d.b = d.b[n:]
+	return s
+}
+
 func (d *dec) amount() Amount {
 	a := Amount{Requests: d.i(), Tokens: d.i()}
 	if a.Requests < 0 || a.Tokens < 0 {

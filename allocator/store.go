@@ -336,11 +336,16 @@ func (st *store) checkpoint() error {
 	start := time.Now()
 	var n int
 	err := st.db.Update(func(tx *bolt.Tx) error {
+		// The latest op of every record, by name: a journal holds many
+		// versions of few records, so names are looked up without
+		// allocating and kept once per record.
 		type rec struct {
-			op  byte
-			val []byte
+			name string
+			op   byte
+			val  []byte
 		}
-		latest := make(map[recID]rec)
+		var recs []rec
+		index := [2]map[string]int{make(map[string]int), make(map[string]int)} // keys, sessions
 		j := tx.Bucket(bucketJournal)
 		c := j.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -348,7 +353,7 @@ func (st *store) checkpoint() error {
 			d := &dec{b: v}
 			for len(d.b) > 0 && d.err == nil {
 				op := d.byte()
-				name := d.str(max(MaxKeyLen, MaxSpenderIDLen))
+				name := d.bytes(max(MaxKeyLen, MaxSpenderIDLen))
 				var val []byte
 				if op == opKeyPut || op == opSessionPut {
 					m := d.u()
@@ -361,7 +366,17 @@ func (st *store) checkpoint() error {
 				} else if op != opKeyDelete && op != opSessionDelete {
 					d.fail()
 				}
-				latest[recID{session: op == opSessionPut || op == opSessionDelete, name: name}] = rec{op, val}
+				kind := 0
+				if op == opSessionPut || op == opSessionDelete {
+					kind = 1
+				}
+				if i, ok := index[kind][string(name)]; ok {
+					recs[i].op, recs[i].val = op, val
+				} else {
+					r := rec{name: string(name), op: op, val: val}
+					index[kind][r.name] = len(recs)
+					recs = append(recs, r)
+				}
 			}
 			if d.err != nil {
 				// A torn entry cannot come from bbolt (commits are atomic);
@@ -369,34 +384,23 @@ func (st *store) checkpoint() error {
 				return fmt.Errorf("allocator: journal entry %x: %w", k, d.err)
 			}
 		}
-		ids := make([]recID, 0, len(latest))
-		for id := range latest {
-			ids = append(ids, id)
-		}
-		slices.SortFunc(ids, func(a, b recID) int {
-			if a.session != b.session {
-				if a.session {
-					return 1
+		for kind, b := range []*bolt.Bucket{tx.Bucket(bucketKeys), tx.Bucket(bucketSessions)} {
+			names := make([]string, 0, len(index[kind]))
+			for name := range index[kind] {
+				names = append(names, name)
+			}
+			slices.Sort(names) // key order: sequential B+tree updates
+			for _, name := range names {
+				r := &recs[index[kind][name]]
+				var err error
+				if r.op == opKeyPut || r.op == opSessionPut {
+					err = b.Put([]byte(name), bytes.Clone(r.val))
+				} else {
+					err = b.Delete([]byte(name))
 				}
-				return -1
-			}
-			return bytes.Compare([]byte(a.name), []byte(b.name))
-		})
-		keys, sessions := tx.Bucket(bucketKeys), tx.Bucket(bucketSessions)
-		for _, id := range ids {
-			r := latest[id]
-			b := keys
-			if id.session {
-				b = sessions
-			}
-			var err error
-			if r.val != nil {
-				err = b.Put([]byte(id.name), bytes.Clone(r.val))
-			} else {
-				err = b.Delete([]byte(id.name))
-			}
-			if err != nil {
-				return err
+				if err != nil {
+					return err
+				}
 			}
 		}
 		if err := tx.DeleteBucket(bucketJournal); err != nil {
