@@ -66,6 +66,9 @@ func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*Acq
 		return nil, err
 	}
 	d := digestAcquire(keys)
+	// Allocated before the mutex: an allocation may assist the GC, which
+	// must not stall every other call.
+	reply := &AcquireReply{Keys: make([]AcquireResult, len(keys)), LeaseTTL: l.cfg.ttl}
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindAcquire, d)
 	if err != nil || stored != nil {
@@ -83,7 +86,6 @@ func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*Acq
 		}
 		return stored.(*AcquireReply), l.syncTo(end)
 	}
-	reply := &AcquireReply{Keys: make([]AcquireResult, len(keys)), LeaseTTL: l.cfg.ttl}
 	if cap(s.keys) < len(keys) {
 		s.keys = append(s.keys[:cap(s.keys)], make([]*keyState, len(keys)-cap(s.keys))...)
 	}
@@ -110,6 +112,7 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 		return nil, err
 	}
 	d := digestReserve(keys)
+	reply := &ReserveReply{Keys: make([]ReserveResult, len(keys)), LeaseTTL: l.cfg.ttl} // before the mutex, as in Acquire
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindReserve, d)
 	if err != nil || stored != nil {
@@ -127,7 +130,6 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 		}
 		return stored.(*ReserveReply), l.syncTo(end)
 	}
-	reply := &ReserveReply{Keys: make([]ReserveResult, len(keys)), LeaseTTL: l.cfg.ttl}
 	for i := range keys {
 		l.reserveKey(&keys[i], c, now, &reply.Keys[i])
 	}

@@ -196,15 +196,20 @@ func (st *store) sync(target uint64) error {
 	start := time.Now()
 	var end uint64
 	err := st.db.Update(func(tx *bolt.Tx) error {
+		// Encode under the ledger mutex (the records' state as of end),
+		// then put the chunks into the journal without it: bbolt's work
+		// (B+tree descent, node allocations) need not stall calls.
 		st.l.mu.Lock()
-		defer st.l.mu.Unlock()
 		if h := st.l.cfg.hook; h != nil {
 			if err := h("before"); err != nil {
+				st.l.mu.Unlock()
 				return err
 			}
 		}
 		end = st.base + uint64(len(st.log))
-		return st.write(tx, st.base, end)
+		chunks := st.encode(st.base, end)
+		st.l.mu.Unlock()
+		return st.put(tx, end, chunks)
 	})
 	if st.obs != nil {
 		st.obs(time.Since(start), err)
@@ -248,30 +253,15 @@ func (st *store) sync(target uint64) error {
 // measured within noise of each other; 15 KB was the best of the three.
 const journalChunk = 15000
 
-// write appends the current state of the records marked at log positions
-// [from, end) to the journal in tx, each record once (at its latest mark),
-// in chunks keyed (end, chunk number) big-endian, so they replay in order.
-func (st *store) write(tx *bolt.Tx, from, end uint64) error {
+// encode returns the current state of the records marked at log positions
+// [from, end), each record once (at its latest mark), as journal chunks of
+// about journalChunk bytes, with l.mu held. The chunks are the commit's
+// buffers (st.used).
+func (st *store) encode(from, end uint64) [][]byte {
 	if from >= end {
 		return nil
 	}
-	j := tx.Bucket(bucketJournal)
-	j.FillPercent = 1 // append-only: full pages
-	var chunk uint16
 	e := enc{b: st.buffer()}
-	flush := func() error {
-		if len(e.b) == 0 {
-			return nil
-		}
-		key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(make([]byte, 0, 10), end), chunk)
-		if err := j.Put(key, e.b); err != nil {
-			return err
-		}
-		st.journalBytes.Add(int64(len(e.b)))
-		chunk++
-		e.b = st.buffer() // bbolt keeps the value until the commit ends
-		return nil
-	}
 	var val enc
 	for pos := from; pos < end; pos++ {
 		id := &st.log[pos-st.base]
@@ -309,12 +299,32 @@ func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 			e.b = append(e.b, val.b...)
 		}
 		if len(e.b) >= journalChunk {
-			if err := flush(); err != nil {
-				return err
-			}
+			st.used[len(st.used)-1] = e.b
+			e.b = st.buffer()
 		}
 	}
-	return flush()
+	st.used[len(st.used)-1] = e.b
+	return st.used
+}
+
+// put appends chunks to the journal in tx as one entry, keyed (end, chunk
+// number) big-endian so that entries replay in order.
+func (st *store) put(tx *bolt.Tx, end uint64, chunks [][]byte) error {
+	j := tx.Bucket(bucketJournal)
+	j.FillPercent = 1 // append-only: full pages
+	var n uint16
+	for _, c := range chunks {
+		if len(c) == 0 {
+			continue
+		}
+		key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(make([]byte, 0, 10), end), n)
+		if err := j.Put(key, c); err != nil { // bbolt keeps c until the commit ends
+			return err
+		}
+		st.journalBytes.Add(int64(len(c)))
+		n++
+	}
+	return nil
 }
 
 // buffer returns an empty chunk buffer for the commit in flight.
