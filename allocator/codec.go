@@ -400,7 +400,7 @@ func decodeSession(b []byte) (*session, error) {
 			r.Keys[i] = AcquireResult{Status: Status(d.byte()), Granted: d.amount(), Returned: d.amount(), Held: d.amount(),
 				RetryAfter: d.dur(), Snapshot: decodeSnapshot(d, v), ActiveSpenders: int(d.u())}
 		}
-		s.reply = r
+		s.reply, s.acquireReply = r, r
 	case kindReserve:
 		r := &ReserveReply{LeaseTTL: d.dur()}
 		r.Keys = make([]ReserveResult, d.count(MaxBatch))

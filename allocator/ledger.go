@@ -3,6 +3,7 @@ package allocator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,51 +57,76 @@ func (l *Ledger) now() bucket.Instant { return bucket.InstantOf(unixEpoch, l.cfg
 // per key, it credits Returned up to the caller's holding, lowers the
 // holding to Held, charges Debt, then grants what the policy allows if the
 // buckets cover Need. A retry of the latest call returns the stored reply.
-// The reply is shared with later retries: do not modify it.
+// The reply is the caller's own copy.
 //
 // It returns an error wrapping ErrInvalidArgument (nothing changed),
 // ErrStaleEpoch, ErrStaleSequence, ErrSequenceReused, ErrEpochReleased,
 // ErrClosed, or ErrNotDurable (applied in memory, not yet committed).
 func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*AcquireReply, error) {
-	if err := validateAcquire(c, keys); err != nil {
+	r := new(AcquireReply)
+	if err := l.acquire(ctx, c, keys, r); err != nil {
 		return nil, err
+	}
+	return r, nil
+}
+
+// acquire is Acquire writing the reply into out, reusing out.Keys (the
+// Service passes pooled replies).
+func (l *Ledger) acquire(ctx context.Context, c Caller, keys []AcquireKey, out *AcquireReply) error {
+	if err := validateAcquire(c, keys); err != nil {
+		return err
 	}
 	d := digestAcquire(keys)
 	// Allocated before the mutex: an allocation may assist the GC, which
 	// must not stall every other call.
-	reply := &AcquireReply{Keys: make([]AcquireResult, len(keys)), LeaseTTL: l.cfg.ttl}
+	out.Keys = slices.Grow(out.Keys[:0], len(keys))[:len(keys)]
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindAcquire, d)
 	if err != nil || stored != nil {
-		if stored != nil && s.noSnapshots {
+		if stored != nil {
 			r := stored.(*AcquireReply)
-			for i := range r.Keys {
-				r.Keys[i].Snapshot = l.snapshotNow(keys[i].Key, keys[i].Limits)
+			if s.noSnapshots {
+				for i := range r.Keys {
+					r.Keys[i].Snapshot = l.snapshotNow(keys[i].Key, keys[i].Limits)
+				}
+				s.noSnapshots = false
 			}
-			s.noSnapshots = false
+			copy(out.Keys, r.Keys)
+			out.LeaseTTL = r.LeaseTTL
 		}
 		end := l.logEnd()
 		l.mu.Unlock()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return stored.(*AcquireReply), l.syncTo(end)
+		return l.syncTo(end)
 	}
+	// The session's stored reply is rewritten in place: once this call is
+	// applied, a retry of the previous one is stale, and callers get copies.
+	reply := s.acquireReply
+	if reply == nil {
+		reply = new(AcquireReply)
+		s.acquireReply = reply
+	}
+	if cap(reply.Keys) < len(keys) {
+		reply.Keys = make([]AcquireResult, len(keys))
+	}
+	reply.Keys, reply.LeaseTTL = reply.Keys[:len(keys)], l.cfg.ttl
 	if cap(s.keys) < len(keys) {
 		s.keys = append(s.keys[:cap(s.keys)], make([]*keyState, len(keys)-cap(s.keys))...)
 	}
 	hints := s.keys[:len(keys)]
 	for i := range keys {
+		reply.Keys[i] = AcquireResult{}
 		hints[i] = l.acquireKey(&keys[i], c, now, &reply.Keys[i], hints[i])
 	}
 	s.keys = hints
 	l.finish(s, c, kindAcquire, d, reply, now)
+	copy(out.Keys, reply.Keys)
+	out.LeaseTTL = reply.LeaseTTL
 	end := l.logEnd()
 	l.mu.Unlock()
-	if err := l.syncTo(end); err != nil {
-		return nil, err
-	}
-	return reply, nil
+	return l.syncTo(end)
 }
 
 // ReserveAhead applies one ReserveAhead call: per key, it reserves Cost for
@@ -200,7 +226,7 @@ func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, 
 		l.sessions[c.SpenderID] = s
 	}
 	if c.Epoch > s.epoch {
-		*s = session{epoch: c.Epoch}
+		*s = session{epoch: c.Epoch, acquireReply: s.acquireReply, keys: s.keys} // buffers kept
 	}
 	return nil, s, l.now(), nil
 }

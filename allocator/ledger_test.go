@@ -3,6 +3,7 @@ package allocator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -100,8 +101,8 @@ func TestExactlyOnce(t *testing.T) {
 	before := dump(l)
 	clk.Advance(time.Second)
 	r2, err := l.Acquire(ctx, caller("a", 1, 5), k)
-	if err != nil || r2 != r1 {
-		t.Fatalf("retry: %v, reply %p want stored %p", err, r2, r1)
+	if err != nil || r2 == r1 || fmt.Sprint(*r2) != fmt.Sprint(*r1) {
+		t.Fatalf("retry: %v, reply %+v want a copy of the stored %+v", err, r2, r1)
 	}
 	if dump(l) != before {
 		t.Fatal("retry changed the ledger")

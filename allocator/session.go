@@ -33,6 +33,10 @@ type session struct {
 	// fewer cache misses than a lookup in a map of many keys. Entries may
 	// be stale or nil; they are hints only. Not stored.
 	keys []*keyState
+
+	// acquireReply is the buffer of the spender's Acquire replies: reply
+	// points to it after an Acquire, and the next Acquire rewrites it.
+	acquireReply *AcquireReply
 }
 
 // check decides what to do with call c of kind k and digest d on session s
