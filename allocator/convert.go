@@ -158,9 +158,12 @@ func acquireResponseOf(r *AcquireReply, hd *replyHolder) *leasev1.AcquireRespons
 	n := len(r.Keys)
 	var b *acquireBuf
 	if hd != nil && n <= maxPooledKeys {
-		b = getAcquireBuf(n)
-		hd.acquire = b
-	} else {
+		if b = getAcquireBuf(n); !hd.register(b) {
+			putAcquireBuf(b) // unused: the holder is closed or taken
+			b = nil
+		}
+	}
+	if b == nil {
 		b = &acquireBuf{blocks: make([]grantMsgs, n), ptrs: make([]*leasev1.KeyGrant, n)}
 	}
 	blocks, ptrs := b.blocks, b.ptrs

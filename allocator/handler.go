@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	"connectrpc.com/connect/v2"
 	"connectrpc.com/connect/v2/connecthttp"
@@ -23,9 +24,11 @@ import (
 // written it (all three protocols marshal the reply before the handler
 // returns, errors included). A 64-key reply is ~28 KB of proto messages,
 // so this saves an allocation of that size per call. The interceptors must
-// therefore not keep a reference to a response message after the call
-// returns (none of this package's does); replies of calls made outside
-// Mount (in process, or through another mount) are never recycled.
+// therefore neither keep a reference to a response message after the call
+// returns nor return before the call they wrap has (none of this package's
+// do); a reply built after its request's handler has returned is not
+// recycled. Replies of calls made outside Mount (in process, or through
+// another mount) are never recycled.
 func Mount(mux connecthttp.ServeMux, h leasev1connect.LeaseServiceHandler, interceptors ...connect.ServerInterceptor) {
 	cs := connect.NewServer(interceptors...)
 	leasev1connect.RegisterLeaseServiceHandler(cs, h)
@@ -43,10 +46,18 @@ func (m recyclingMux) Handle(pattern string, h http.Handler) {
 type replyHolderKey struct{}
 
 // replyHolder is where a Service leaves the pooled reply of the request it
-// served; the HTTP handler returns it to the pool when the request is done.
+// served; the HTTP handler returns it to the pool when the request is done
+// and closes the holder (holderClosed), so that a reply registered later
+// (a call that outlived its request) is left to the GC instead.
 type replyHolder struct {
-	acquire *acquireBuf
+	acquire atomic.Pointer[acquireBuf]
 }
+
+var holderClosed = new(acquireBuf) // sentinel
+
+// register makes b the request's pooled reply; false if the holder is
+// closed or already holds one (then b is the caller's to keep or drop).
+func (hd *replyHolder) register(b *acquireBuf) bool { return hd.acquire.CompareAndSwap(nil, b) }
 
 func recycleReplies(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -54,19 +65,15 @@ func recycleReplies(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), replyHolderKey{}, hd)))
 		// ServeHTTP has returned: connect has written the reply (or an
 		// error), and no longer refers to its messages.
-		if b := hd.acquire; b != nil {
-			hd.acquire = nil
+		if b := hd.acquire.Swap(holderClosed); b != nil {
 			putAcquireBuf(b)
 		}
 	})
 }
 
-// holderOf returns the request's reply holder if it has none in use yet.
+// holderOf returns the request's reply holder, nil outside Mount.
 func holderOf(ctx context.Context) *replyHolder {
 	hd, _ := ctx.Value(replyHolderKey{}).(*replyHolder)
-	if hd == nil || hd.acquire != nil {
-		return nil
-	}
 	return hd
 }
 

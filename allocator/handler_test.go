@@ -1,11 +1,14 @@
 package allocator
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect/v2"
 	"connectrpc.com/connect/v2/connecthttp"
@@ -92,5 +95,55 @@ func TestMountRecyclesReplies(t *testing.T) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// A call that outlives its request (an interceptor that returns before the
+// call it wraps) builds its reply after the handler has closed the holder:
+// the reply is allocated, never recycled, and nothing races.
+func TestMountDetachedCall(t *testing.T) {
+	l := newLedger(t, newFakeClock())
+	done := make(chan *leasev1.AcquireResponse, 1)
+	var calls atomic.Int32
+	detach := func(next connect.ServerFunc) connect.ServerFunc {
+		return func(ctx context.Context, spec connect.Spec, stream connect.ServerStream) error {
+			if calls.Add(1) > 1 {
+				return next(ctx, spec, stream)
+			}
+			var req leasev1.AcquireRequest
+			if err := stream.Receive(&req); err != nil {
+				return err
+			}
+			go func() {
+				time.Sleep(20 * time.Millisecond) // after the request is over
+				r, err := NewService(l).Acquire(ctx, &req)
+				if err != nil {
+					t.Error(err)
+				}
+				done <- r
+			}()
+			return connect.NewError(connect.CodeUnavailable, "detached")
+		}
+	}
+	mux := http.NewServeMux()
+	Mount(mux, NewService(l), detach)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	client := leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(srv.Client(), srv.URL)))
+	req := &leasev1.AcquireRequest{Caller: &leasev1.Caller{SpenderId: "d", Epoch: 1, Sequence: 1},
+		Keys: []*leasev1.KeyAcquire{{Key: "k", Limits: &leasev1.Limits{Tpm: 600}, Want: &leasev1.Amount{Tokens: 7}}}}
+	if _, err := client.Acquire(ctx, req); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Fatalf("detached call: %v", err)
+	}
+	r := <-done
+	// Other calls reuse pooled blocks meanwhile; the detached reply is its own.
+	for range 5 {
+		req.Caller.Sequence++
+		if _, err := client.Acquire(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g := r.GetKeys()[0].GetGranted().GetTokens(); g != 7 {
+		t.Fatalf("detached reply granted %d, want 7", g)
 	}
 }
