@@ -169,10 +169,10 @@ func (e echoService) Acquire(context.Context, *leasev1.AcquireRequest) (*leasev1
 
 func serveLoopback(b *testing.B, h leasev1connect.LeaseServiceHandler) string {
 	b.Helper()
-	cs := connect.NewServer()
-	leasev1connect.RegisterLeaseServiceHandler(cs, h)
+	// The production wiring (cmd/allocator mounts the same way), for echo
+	// and the allocator alike.
 	mux := http.NewServeMux()
-	connecthttp.Mount(mux, cs)
+	allocator.Mount(mux, h)
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)

@@ -9,10 +9,29 @@ import (
 	"github.com/rationhq/ration/bucket"
 )
 
-// Record formats (version 1). Every record starts with its version byte;
-// integers are varints. A record that fails to decode or validate is not
-// vouched for: its key starts empty (invariant 5), its session is dropped.
-const recordVersion = 1
+// Record formats. Every record starts with its version byte; integers are
+// varints. A record that fails to decode or validate is not vouched for:
+// its key starts empty (invariant 5), its session is dropped.
+//
+// Version 2 (written since store format 2) journals fewer bytes per call
+// than version 1 (a bench-shaped 64-key call: ~4.0 KB instead of ~7.5 KB;
+// a key record 36 bytes instead of 65), all exact:
+//   - a key record writes its limits as decimal mantissa and exponent
+//     (limits are usually round numbers: 1e12 takes 1 byte, not 6);
+//   - a bucket level closer to full than to zero is written as the
+//     distance to full (a flag bit per dimension), so that a little-used
+//     bucket takes a byte or two instead of up to 9;
+//   - its instants (refill instants, holding expiries) are differences
+//     from the first bucket's refill instant;
+//   - a session's stored Acquire or ReserveAhead reply leaves out the
+//     per-key snapshots (informational; a retry answered from a reply read
+//     back from disk gets them recomputed from the key's state, see
+//     Ledger.snapshotNow).
+//
+// Version 1 records still decode.
+const recordVersion = 2
+
+const recordVersion1 = 1
 
 var errCorrupt = errors.New("corrupt record")
 
@@ -81,6 +100,18 @@ func (d *dec) str(max int) string {
 	return s
 }
 
+// bytes reads a length-prefixed string without copying it.
+func (d *dec) bytes(max int) []byte {
+	n := d.u()
+	if n > uint64(max) || n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	s := d.b[:n:n]
+	d.b = d.b[n:]
+	return s
+}
+
 func (d *dec) amount() Amount {
 	a := Amount{Requests: d.i(), Tokens: d.i()}
 	if a.Requests < 0 || a.Tokens < 0 {
@@ -109,8 +140,47 @@ func (d *dec) done() error {
 }
 
 const (
-	flagFresh = 1 << iota // limits unknown; buckets start empty at emptyFrom
+	flagFresh   = 1 << iota // limits unknown; buckets start empty at emptyFrom
+	flagReqFull             // version 2: the request level is written as full - level
+	flagTokFull             // version 2: the token level is written as full - level
 )
+
+// decimal writes v >= 0 as mantissa<<4 | exponent (v = mantissa * 10^exponent).
+func (e *enc) decimal(v int64) {
+	var x int
+	for v != 0 && v%10 == 0 && x < 15 {
+		v /= 10
+		x++
+	}
+	e.u(uint64(v)<<4 | uint64(x))
+}
+
+// decimal reads what enc.decimal wrote, refusing a value above max.
+func (d *dec) decimal(max int64) int64 {
+	u := d.u()
+	m, x := u>>4, u&15
+	if m > uint64(max) {
+		d.fail()
+		return 0
+	}
+	v := int64(m)
+	for range x {
+		if v > max/10 {
+			d.fail()
+			return 0
+		}
+		v *= 10
+	}
+	return v
+}
+
+// fullUnits is b's level when full, in fixed-point units.
+func fullUnits(b *bucket.Bucket) int64 { return b.Limit().Capacity * b.Scale() }
+
+// closerToFull reports whether level is written as the distance to full.
+func closerToFull(b *bucket.Bucket, level int64) bool {
+	return level >= 0 && fullUnits(b)-level < level
+}
 
 const maxHoldsPerKey = 1 << 20
 
@@ -121,17 +191,46 @@ func encodeKey(e *enc, k *keyState) {
 		e.i(int64(k.emptyFrom))
 		return
 	}
-	e.byte(0)
-	e.i(k.lim.RPM)
-	e.i(k.lim.TPM)
-	e.i(k.lim.BurstRequests)
-	e.i(k.lim.BurstTokens)
-	for _, d := range []*dim{&k.req, &k.tok} {
-		if d.on {
-			s := d.b.State()
-			e.i(s.Level)
-			e.i(int64(s.Last))
+	var flags byte
+	var rs, ts bucket.State
+	if k.req.on {
+		if rs = k.req.b.State(); closerToFull(&k.req.b, rs.Level) {
+			flags |= flagReqFull
 		}
+	}
+	if k.tok.on {
+		if ts = k.tok.b.State(); closerToFull(&k.tok.b, ts.Level) {
+			flags |= flagTokFull
+		}
+	}
+	e.byte(flags)
+	e.decimal(k.lim.RPM)
+	e.decimal(k.lim.TPM)
+	e.decimal(k.lim.BurstRequests)
+	e.decimal(k.lim.BurstTokens)
+	// base: the first bucket's refill instant (a valid record has a bucket);
+	// the other instants are written relative to it (wrapping arithmetic,
+	// so exact for any values).
+	base := ts.Last
+	if k.req.on {
+		base = rs.Last
+	}
+	e.i(int64(base))
+	if k.req.on {
+		if flags&flagReqFull != 0 {
+			e.u(uint64(fullUnits(&k.req.b) - rs.Level))
+		} else {
+			e.i(rs.Level)
+		}
+		e.i(int64(rs.Last - base))
+	}
+	if k.tok.on {
+		if flags&flagTokFull != 0 {
+			e.u(uint64(fullUnits(&k.tok.b) - ts.Level))
+		} else {
+			e.i(ts.Level)
+		}
+		e.i(int64(ts.Last - base))
 	}
 	e.u(uint64(len(k.holds)))
 	for i := range k.holds {
@@ -141,17 +240,19 @@ func encodeKey(e *enc, k *keyState) {
 		e.u(h.lastSeq)
 		e.amount(h.held)
 		e.amount(h.rate)
-		e.i(int64(h.expiry))
+		e.i(int64(h.expiry - base))
 	}
 }
 
 func decodeKey(b []byte) (*keyState, error) {
 	d := &dec{b: b}
-	if d.byte() != recordVersion {
+	v := d.byte()
+	if v != recordVersion && v != recordVersion1 {
 		return nil, fmt.Errorf("allocator: key record version: %w", errCorrupt)
 	}
 	k := &keyState{}
-	if flags := d.byte(); flags&flagFresh != 0 {
+	flags := d.byte()
+	if flags&flagFresh != 0 {
 		k.fresh = true
 		k.emptyFrom = bucket.Instant(d.i())
 		if k.emptyFrom == 0 {
@@ -159,22 +260,43 @@ func decodeKey(b []byte) (*keyState, error) {
 		}
 		return k, d.done()
 	}
-	k.lim = Limits{RPM: d.i(), TPM: d.i(), BurstRequests: d.i(), BurstTokens: d.i()}
+	if v == recordVersion1 {
+		k.lim = Limits{RPM: d.i(), TPM: d.i(), BurstRequests: d.i(), BurstTokens: d.i()}
+		flags = 0
+	} else {
+		k.lim = Limits{RPM: d.decimal(MaxRate), TPM: d.decimal(MaxRate), BurstRequests: d.decimal(MaxRate), BurstTokens: d.decimal(MaxRate)}
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
 	if err := validateLimits(0, k.lim); err != nil || (k.lim.RPM == 0 && k.lim.TPM == 0) {
 		return nil, fmt.Errorf("allocator: key record limits: %w", errCorrupt)
 	}
+	var base bucket.Instant // version 1: instants are absolute
+	if v != recordVersion1 {
+		base = bucket.Instant(d.i())
+	}
 	for _, x := range []struct {
 		d           *dim
 		rate, burst int64
-	}{{&k.req, k.lim.RPM, k.lim.BurstRequests}, {&k.tok, k.lim.TPM, k.lim.BurstTokens}} {
+		fromFull    bool
+	}{{&k.req, k.lim.RPM, k.lim.BurstRequests, flags&flagReqFull != 0}, {&k.tok, k.lim.TPM, k.lim.BurstTokens, flags&flagTokFull != 0}} {
 		lim, on := dimLimit(x.rate, x.burst)
 		if !on {
 			continue
 		}
-		st := bucket.State{Level: d.i(), Last: bucket.Instant(d.i())}
+		var st bucket.State
+		if x.fromFull {
+			below := d.u()
+			full, err := bucket.New(lim, 0) // its level is the full level
+			if err != nil || below > uint64(bucket.MaxScaled) {
+				return nil, fmt.Errorf("allocator: key record bucket: %w", errCorrupt)
+			}
+			st.Level = full.State().Level - int64(below)
+		} else {
+			st.Level = d.i()
+		}
+		st.Last = bucket.Instant(d.i()) + base
 		if d.err != nil {
 			return nil, d.err
 		}
@@ -187,7 +309,7 @@ func decodeKey(b []byte) (*keyState, error) {
 	n := d.count(maxHoldsPerKey)
 	k.holds = make([]holding, 0, n)
 	for i := 0; i < n && d.err == nil; i++ {
-		h := holding{spender: d.str(MaxSpenderIDLen), epoch: d.u(), lastSeq: d.u(), held: d.amount(), rate: d.amount(), expiry: bucket.Instant(d.i())}
+		h := holding{spender: d.str(MaxSpenderIDLen), epoch: d.u(), lastSeq: d.u(), held: d.amount(), rate: d.amount(), expiry: bucket.Instant(d.i()) + base}
 		if h.spender == "" || h.epoch == 0 {
 			d.fail()
 		}
@@ -222,7 +344,6 @@ func encodeSession(e *enc, s *session) {
 			e.amount(x.Returned)
 			e.amount(x.Held)
 			e.dur(x.RetryAfter)
-			encodeSnapshot(e, &x.Snapshot)
 			e.u(uint64(x.ActiveSpenders))
 		}
 	case *ReserveReply:
@@ -233,7 +354,6 @@ func encodeSession(e *enc, s *session) {
 			e.byte(byte(x.Status))
 			e.dur(x.Wait)
 			e.amount(x.Held)
-			encodeSnapshot(e, &x.Snapshot)
 			e.u(uint64(x.ActiveSpenders))
 		}
 	case *ReleaseReply:
@@ -244,16 +364,13 @@ func encodeSession(e *enc, s *session) {
 	}
 }
 
-func encodeSnapshot(e *enc, s *Snapshot) {
-	for _, d := range []*DimSnapshot{&s.Requests, &s.Tokens} {
-		e.i(d.Limit)
-		e.i(d.Remaining)
-		e.dur(d.Reset)
-	}
-}
-
-func decodeSnapshot(d *dec) Snapshot {
+// decodeSnapshot reads a version 1 record's snapshot; version 2 has none
+// (zero, and the session marked to restore it).
+func decodeSnapshot(d *dec, v byte) Snapshot {
 	var s Snapshot
+	if v != recordVersion1 {
+		return s
+	}
 	for _, x := range []*DimSnapshot{&s.Requests, &s.Tokens} {
 		*x = DimSnapshot{Limit: d.i(), Remaining: d.i(), Reset: d.dur()}
 	}
@@ -262,10 +379,11 @@ func decodeSnapshot(d *dec) Snapshot {
 
 func decodeSession(b []byte) (*session, error) {
 	d := &dec{b: b}
-	if d.byte() != recordVersion {
+	v := d.byte()
+	if v != recordVersion && v != recordVersion1 {
 		return nil, fmt.Errorf("allocator: session record version: %w", errCorrupt)
 	}
-	s := &session{epoch: d.u(), seq: d.u()}
+	s := &session{epoch: d.u(), seq: d.u(), noSnapshots: v != recordVersion1}
 	if len(d.b) < 8 {
 		return nil, errCorrupt
 	}
@@ -280,15 +398,15 @@ func decodeSession(b []byte) (*session, error) {
 		r.Keys = make([]AcquireResult, d.count(MaxBatch))
 		for i := range r.Keys {
 			r.Keys[i] = AcquireResult{Status: Status(d.byte()), Granted: d.amount(), Returned: d.amount(), Held: d.amount(),
-				RetryAfter: d.dur(), Snapshot: decodeSnapshot(d), ActiveSpenders: int(d.u())}
+				RetryAfter: d.dur(), Snapshot: decodeSnapshot(d, v), ActiveSpenders: int(d.u())}
 		}
-		s.reply = r
+		s.reply, s.acquireReply = r, r
 	case kindReserve:
 		r := &ReserveReply{LeaseTTL: d.dur()}
 		r.Keys = make([]ReserveResult, d.count(MaxBatch))
 		for i := range r.Keys {
 			r.Keys[i] = ReserveResult{Status: Status(d.byte()), Wait: d.dur(), Held: d.amount(),
-				Snapshot: decodeSnapshot(d), ActiveSpenders: int(d.u())}
+				Snapshot: decodeSnapshot(d, v), ActiveSpenders: int(d.u())}
 		}
 		s.reply = r
 	case kindRelease:

@@ -151,14 +151,28 @@ type grantMsgs struct {
 	dims    [2]leasev1.DimSnapshot
 }
 
-func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
+// acquireResponseOf returns r as a proto reply. With a holder (the call
+// came through Mount), the messages come from a pool and the holder returns
+// them once the reply is written; otherwise they are allocated.
+func acquireResponseOf(r *AcquireReply, hd *replyHolder) *leasev1.AcquireResponse {
 	n := len(r.Keys)
-	blocks := make([]grantMsgs, n)
-	ptrs := make([]*leasev1.KeyGrant, n)
+	var b *acquireBuf
+	if hd != nil && n <= maxPooledKeys {
+		if b = getAcquireBuf(n); !hd.register(b) {
+			putAcquireBuf(b) // unused: the holder is closed or taken
+			b = nil
+		}
+	}
+	if b == nil {
+		b = &acquireBuf{blocks: make([]grantMsgs, n), ptrs: make([]*leasev1.KeyGrant, n)}
+	}
+	blocks, ptrs := b.blocks, b.ptrs
 	for i := range r.Keys {
 		x := &r.Keys[i]
 		m := &blocks[i]
 		g := &m.grant
+		// Every field of every message is set (a pooled block holds the
+		// previous reply's values).
 		g.Status = statusOf(x.Status)
 		m.amounts[0].Requests, m.amounts[0].Tokens = x.Granted.Requests, x.Granted.Tokens
 		m.amounts[1].Requests, m.amounts[1].Tokens = x.Returned.Requests, x.Returned.Tokens
@@ -173,7 +187,8 @@ func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
 		g.ActiveSpenders = uint32(x.ActiveSpenders)
 		ptrs[i] = g
 	}
-	return &leasev1.AcquireResponse{Keys: ptrs, LeaseTtlUs: us(r.LeaseTTL)}
+	b.resp.Keys, b.resp.LeaseTtlUs = ptrs, us(r.LeaseTTL)
+	return &b.resp
 }
 
 func reserveResponseOf(r *ReserveReply) *leasev1.ReserveAheadResponse {

@@ -3,6 +3,7 @@ package allocator_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/rationhq/ration/allocator"
@@ -53,7 +54,7 @@ func ExampleLedger_Acquire_retry() {
 	c := allocator.Caller{SpenderID: "gw-1", Epoch: 1, Sequence: 7}
 	first, _ := led.Acquire(context.Background(), c, keys)
 	again, _ := led.Acquire(context.Background(), c, keys) // the reply was lost
-	fmt.Println(first.Keys[0].Granted.Tokens, again == first, again.Keys[0].Snapshot.Tokens.Remaining)
+	fmt.Println(first.Keys[0].Granted.Tokens, reflect.DeepEqual(again, first), again.Keys[0].Snapshot.Tokens.Remaining)
 	c.Sequence = 6
 	_, err := led.Acquire(context.Background(), c, keys)
 	fmt.Println(err)

@@ -33,6 +33,9 @@ type keyState struct {
 	emptyFrom bucket.Instant // != 0: state was lost; buckets start empty at this instant
 	fresh     bool           // buckets not created yet (lim unknown)
 	mark      uint64         // store: log position of the latest change (0 = none)
+
+	name string // the key, as in Ledger.keys
+	gone bool   // removed from Ledger.keys: a session's cached pointer is stale
 }
 
 // setLimits makes the buckets follow l: a dimension that becomes limited

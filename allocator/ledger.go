@@ -3,6 +3,7 @@ package allocator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,37 +57,76 @@ func (l *Ledger) now() bucket.Instant { return bucket.InstantOf(unixEpoch, l.cfg
 // per key, it credits Returned up to the caller's holding, lowers the
 // holding to Held, charges Debt, then grants what the policy allows if the
 // buckets cover Need. A retry of the latest call returns the stored reply.
-// The reply is shared with later retries: do not modify it.
+// The reply is the caller's own copy.
 //
 // It returns an error wrapping ErrInvalidArgument (nothing changed),
 // ErrStaleEpoch, ErrStaleSequence, ErrSequenceReused, ErrEpochReleased,
 // ErrClosed, or ErrNotDurable (applied in memory, not yet committed).
 func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*AcquireReply, error) {
-	if err := validateAcquire(c, keys); err != nil {
+	r := new(AcquireReply)
+	if err := l.acquire(ctx, c, keys, r); err != nil {
 		return nil, err
 	}
+	return r, nil
+}
+
+// acquire is Acquire writing the reply into out, reusing out.Keys (the
+// Service passes pooled replies).
+func (l *Ledger) acquire(ctx context.Context, c Caller, keys []AcquireKey, out *AcquireReply) error {
+	if err := validateAcquire(c, keys); err != nil {
+		return err
+	}
 	d := digestAcquire(keys)
+	// Allocated before the mutex: an allocation may assist the GC, which
+	// must not stall every other call.
+	out.Keys = slices.Grow(out.Keys[:0], len(keys))[:len(keys)]
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindAcquire, d)
 	if err != nil || stored != nil {
+		if stored != nil {
+			r := stored.(*AcquireReply)
+			if s.noSnapshots {
+				for i := range r.Keys {
+					r.Keys[i].Snapshot = l.snapshotNow(keys[i].Key, keys[i].Limits)
+				}
+				s.noSnapshots = false
+			}
+			copy(out.Keys, r.Keys)
+			out.LeaseTTL = r.LeaseTTL
+		}
 		end := l.logEnd()
 		l.mu.Unlock()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return stored.(*AcquireReply), l.syncTo(end)
+		return l.syncTo(end)
 	}
-	reply := &AcquireReply{Keys: make([]AcquireResult, len(keys)), LeaseTTL: l.cfg.ttl}
+	// The session's stored reply is rewritten in place: once this call is
+	// applied, a retry of the previous one is stale, and callers get copies.
+	reply := s.acquireReply
+	if reply == nil {
+		reply = new(AcquireReply)
+		s.acquireReply = reply
+	}
+	if cap(reply.Keys) < len(keys) {
+		reply.Keys = make([]AcquireResult, len(keys))
+	}
+	reply.Keys, reply.LeaseTTL = reply.Keys[:len(keys)], l.cfg.ttl
+	if cap(s.keys) < len(keys) {
+		s.keys = append(s.keys[:cap(s.keys)], make([]*keyState, len(keys)-cap(s.keys))...)
+	}
+	hints := s.keys[:len(keys)]
 	for i := range keys {
-		l.acquireKey(&keys[i], c, now, &reply.Keys[i])
+		reply.Keys[i] = AcquireResult{}
+		hints[i] = l.acquireKey(&keys[i], c, now, &reply.Keys[i], hints[i])
 	}
+	s.keys = hints
 	l.finish(s, c, kindAcquire, d, reply, now)
+	copy(out.Keys, reply.Keys)
+	out.LeaseTTL = reply.LeaseTTL
 	end := l.logEnd()
 	l.mu.Unlock()
-	if err := l.syncTo(end); err != nil {
-		return nil, err
-	}
-	return reply, nil
+	return l.syncTo(end)
 }
 
 // ReserveAhead applies one ReserveAhead call: per key, it reserves Cost for
@@ -98,9 +138,17 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 		return nil, err
 	}
 	d := digestReserve(keys)
+	reply := &ReserveReply{Keys: make([]ReserveResult, len(keys)), LeaseTTL: l.cfg.ttl} // before the mutex, as in Acquire
 	l.mu.Lock()
 	stored, s, now, err := l.begin(c, kindReserve, d)
 	if err != nil || stored != nil {
+		if stored != nil && s.noSnapshots {
+			r := stored.(*ReserveReply)
+			for i := range r.Keys {
+				r.Keys[i].Snapshot = l.snapshotNow(keys[i].Key, keys[i].Limits)
+			}
+			s.noSnapshots = false
+		}
 		end := l.logEnd()
 		l.mu.Unlock()
 		if err != nil {
@@ -108,7 +156,6 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 		}
 		return stored.(*ReserveReply), l.syncTo(end)
 	}
-	reply := &ReserveReply{Keys: make([]ReserveResult, len(keys)), LeaseTTL: l.cfg.ttl}
 	for i := range keys {
 		l.reserveKey(&keys[i], c, now, &reply.Keys[i])
 	}
@@ -161,7 +208,7 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 }
 
 // begin runs the exactly-once check with l.mu held. It returns the stored
-// reply of a retry, or the session to apply the call in.
+// reply of a retry (with its session), or the session to apply the call in.
 func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, now bucket.Instant, err error) {
 	if l.closed {
 		return nil, nil, 0, ErrClosed
@@ -172,14 +219,14 @@ func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, 
 		return nil, nil, 0, fmt.Errorf("allocator: spender %q epoch %d sequence %d: %w", c.SpenderID, c.Epoch, c.Sequence, err)
 	}
 	if stored != nil {
-		return stored, nil, 0, nil
+		return stored, s, 0, nil
 	}
 	if s == nil {
 		s = &session{}
 		l.sessions[c.SpenderID] = s
 	}
 	if c.Epoch > s.epoch {
-		*s = session{epoch: c.Epoch}
+		*s = session{epoch: c.Epoch, acquireReply: s.acquireReply, keys: s.keys} // buffers kept
 	}
 	return nil, s, l.now(), nil
 }
@@ -187,22 +234,26 @@ func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, 
 // finish records the applied call in its session, with l.mu held.
 func (l *Ledger) finish(s *session, c Caller, k callKind, d digest, reply any, now bucket.Instant) {
 	s.seq, s.kind, s.digest, s.reply, s.seen = c.Sequence, k, d, reply, now
+	s.noSnapshots = false
 	l.markSession(c.SpenderID, s)
 }
 
 // keyFor returns name's state following lim, creating it (full, or empty
-// if its state was lost) as needed; nil if lim leaves it unlimited.
-func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant) *keyState {
-	ks := l.keys[name]
+// if its state was lost) as needed; nil if lim leaves it unlimited. hint,
+// if not nil, is a state that may be name's (a session's cache).
+func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant, hint *keyState) *keyState {
+	ks := hint
+	if ks == nil || ks.gone || ks.name != name {
+		ks = l.keys[name]
+	}
 	if lim.RPM == 0 && lim.TPM == 0 {
 		if ks != nil {
-			delete(l.keys, name)
-			l.markKey(name, nil)
+			l.dropKey(name, ks)
 		}
 		return nil
 	}
 	if ks == nil {
-		ks = &keyState{fresh: true}
+		ks = &keyState{fresh: true, name: name}
 		l.keys[name] = ks
 	}
 	ks.setLimits(lim, now)
@@ -210,18 +261,57 @@ func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant) *keyState {
 	return ks
 }
 
-func (l *Ledger) acquireKey(k *AcquireKey, c Caller, now bucket.Instant, out *AcquireResult) {
-	ks := l.keyFor(k.Key, k.Limits, now)
+// snapshotNow is the snapshot of key name at the clock's now, for a stored
+// reply read back from disk (record version 2 leaves snapshots out): the
+// key's buckets as they would be after refilling to now, without changing
+// them (the level cap is not applied, so Remaining may read a little high
+// while spenders hold leases); a key the ledger no longer tracks is full,
+// one whose state was lost is empty from the instant it was lost. lim are
+// the limits the retry sends, used when the key has none. With l.mu held.
+//
+// The snapshot is informational (x-ratelimit-* headers): the grants,
+// returns and holdings of the stored reply are what exactly-once is about,
+// and they are stored in full.
+func (l *Ledger) snapshotNow(name string, lim Limits) Snapshot {
+	now := l.now()
+	var k keyState
+	if ks := l.keys[name]; ks != nil && !ks.fresh {
+		k.req, k.tok = ks.req, ks.tok // copies: Bucket is a value
+	} else {
+		if lim.RPM == 0 && lim.TPM == 0 {
+			return Snapshot{}
+		}
+		k.fresh = true
+		if ks != nil {
+			k.emptyFrom = ks.emptyFrom
+		}
+		k.setLimits(lim, now)
+	}
+	k.advance(now)
+	return k.snapshot()
+}
+
+// dropKey removes key name, whose state is ks, from the ledger.
+func (l *Ledger) dropKey(name string, ks *keyState) {
+	delete(l.keys, name)
+	ks.gone = true
+	l.markKey(name, nil)
+}
+
+// acquireKey applies one key of an Acquire call; hint as for keyFor. It
+// returns the key's state (nil if unlimited).
+func (l *Ledger) acquireKey(k *AcquireKey, c Caller, now bucket.Instant, out *AcquireResult, hint *keyState) *keyState {
+	ks := l.keyFor(k.Key, k.Limits, now, hint)
 	if ks == nil {
 		*out = AcquireResult{Status: StatusOK, Granted: k.Want}
-		return
+		return nil
 	}
 	ks.touch(now, l.cfg.ttl, l.cfg.strict)
 	h := &ks.holds[ks.holdingFor(c.SpenderID, c.Epoch, now)]
 	if h.lastSeq >= c.Sequence {
 		// Applied before a lost session record: change nothing more.
 		*out = AcquireResult{Status: StatusOK, Held: h.held, Snapshot: ks.snapshot(), ActiveSpenders: len(ks.holds)}
-		return
+		return ks
 	}
 	out.Returned.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
 	out.Returned.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
@@ -249,6 +339,7 @@ func (l *Ledger) acquireKey(k *AcquireKey, c Caller, now bucket.Instant, out *Ac
 	out.Held = h.held
 	out.Snapshot = ks.snapshot()
 	out.ActiveSpenders = len(ks.holds)
+	return ks
 }
 
 func fits(d *dim, n int64) bool { return !d.on || d.b.Fits(n) }
@@ -281,7 +372,7 @@ func (l *Ledger) grant(d *dim, held *int64, want, need, rate, rateSum int64, act
 }
 
 func (l *Ledger) reserveKey(k *ReserveKey, c Caller, now bucket.Instant, out *ReserveResult) {
-	ks := l.keyFor(k.Key, k.Limits, now)
+	ks := l.keyFor(k.Key, k.Limits, now, nil)
 	if ks == nil {
 		*out = ReserveResult{Status: StatusOK}
 		return
@@ -340,7 +431,7 @@ func (l *Ledger) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant, out *Am
 		if k.Debt == (Amount{}) {
 			return
 		}
-		if ks = l.keyFor(k.Key, k.Limits, now); ks == nil {
+		if ks = l.keyFor(k.Key, k.Limits, now, nil); ks == nil {
 			return
 		}
 	} else if k.Limits.RPM != 0 || k.Limits.TPM != 0 {
@@ -378,8 +469,7 @@ func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
 			l.markKey(name, ks) // touched state must be what is on disk
 		}
 		if ks.idle(now) {
-			delete(l.keys, name)
-			l.markKey(name, nil)
+			l.dropKey(name, ks)
 			keys++
 		}
 	}

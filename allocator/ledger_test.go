@@ -3,6 +3,7 @@ package allocator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -100,8 +101,8 @@ func TestExactlyOnce(t *testing.T) {
 	before := dump(l)
 	clk.Advance(time.Second)
 	r2, err := l.Acquire(ctx, caller("a", 1, 5), k)
-	if err != nil || r2 != r1 {
-		t.Fatalf("retry: %v, reply %p want stored %p", err, r2, r1)
+	if err != nil || r2 == r1 || fmt.Sprint(*r2) != fmt.Sprint(*r1) {
+		t.Fatalf("retry: %v, reply %+v want a copy of the stored %+v", err, r2, r1)
 	}
 	if dump(l) != before {
 		t.Fatal("retry changed the ledger")
@@ -486,5 +487,46 @@ func TestWaitsOnTheWireDoNotOverflow(t *testing.T) {
 	}
 	if us(1500*time.Nanosecond) != 2 {
 		t.Errorf("us rounds up: got %d, want 2", us(1500*time.Nanosecond))
+	}
+}
+
+// A session's cached key states are hints: a key dropped (made unlimited,
+// or swept) and recreated since the spender's previous call is the new
+// state on its next call, not the old one.
+func TestAcquireAfterKeyDroppedAndRecreated(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk)
+	keys := []AcquireKey{{Key: "k1", Limits: tpm(600), Want: Amount{1, 100}}, {Key: "k2", Limits: tpm(600), Want: Amount{1, 100}}}
+	if _, err := l.Acquire(ctx, caller("a", 1, 1), keys); err != nil {
+		t.Fatal(err)
+	}
+	// b makes k1 unlimited (dropped), then limited again (a new, full state).
+	acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k1", Want: Amount{0, 1}})
+	acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k1", Limits: tpm(600), Want: Amount{0, 50}})
+	r, err := l.Acquire(ctx, caller("a", 1, 2), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := r.Keys[0]; k.Held != (Amount{1, 100}) || k.ActiveSpenders != 2 || k.Snapshot.Tokens.Remaining != 450 {
+		t.Fatalf("k1 after it was recreated: %+v, want a fresh holding next to b's", k)
+	}
+	if k := r.Keys[1]; k.Held != (Amount{1, 100}) || k.ActiveSpenders != 1 || k.Snapshot.Tokens.Remaining != 400 {
+		t.Fatalf("k2: %+v", k)
+	}
+	// Everything expires and refills: Sweep drops both keys; c recreates k2.
+	clk.Advance(time.Hour)
+	if n, _, err := l.Sweep(ctx); err != nil || n != 2 {
+		t.Fatalf("sweep dropped %d keys (%v), want 2", n, err)
+	}
+	acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k2", Limits: tpm(600), Want: Amount{0, 10}})
+	r, err = l.Acquire(ctx, caller("a", 1, 3), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := r.Keys[1]; k.Held != (Amount{1, 100}) || k.ActiveSpenders != 2 || k.Snapshot.Tokens.Remaining != 490 {
+		t.Fatalf("k2 after sweep: %+v, want a fresh holding next to c's", k)
+	}
+	if len(l.keys) != 2 || l.keys["k1"] == nil || l.keys["k2"] == nil {
+		t.Fatalf("keys: %v", l.keys)
 	}
 }

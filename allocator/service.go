@@ -23,7 +23,14 @@ type Service struct {
 	m   *Metrics
 	log *slog.Logger
 
-	keyPool sync.Pool // of *[]AcquireKey: per-call conversion buffers
+	keyPool   sync.Pool // of *[]AcquireKey: per-call conversion buffers
+	replyPool sync.Pool // of *AcquireReply: the ledger's replies, copied into proto
+}
+
+func (s *Service) putReply(r *AcquireReply) {
+	if cap(r.Keys) <= maxPooledKeys {
+		s.replyPool.Put(r)
+	}
 }
 
 var _ leasev1connect.LeaseServiceHandler = (*Service)(nil)
@@ -58,13 +65,17 @@ func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*le
 	start := time.Now()
 	kp := acquireKeysOf(&s.keyPool, req)
 	defer putAcquireKeys(&s.keyPool, kp)
-	r, err := s.l.Acquire(ctx, callerOf(req.GetCaller()), *kp)
-	if err != nil {
+	r, _ := s.replyPool.Get().(*AcquireReply)
+	if r == nil {
+		r = new(AcquireReply)
+	}
+	defer s.putReply(r)
+	if err := s.l.acquire(ctx, callerOf(req.GetCaller()), *kp, r); err != nil {
 		return nil, s.fail("Acquire", start, err)
 	}
 	s.m.acquired(*kp, r)
 	s.m.call("Acquire", start, nil)
-	return acquireResponseOf(r), nil
+	return acquireResponseOf(r, holderOf(ctx)), nil
 }
 
 // ReserveAhead implements LeaseService.ReserveAhead.

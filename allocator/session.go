@@ -22,6 +22,21 @@ type session struct {
 	reply    any            // *AcquireReply, *ReserveReply or *ReleaseReply
 	seen     bucket.Instant // the latest call, for retention
 	mark     uint64         // store: log position of the latest change (0 = none)
+
+	// noSnapshots: reply was read back from disk without its snapshots
+	// (record version 2); they are recomputed before it is first sent.
+	noSnapshots bool
+
+	// keys caches the states of the keys of the spender's latest Acquire,
+	// in request order: a spender asks for the same keys call after call,
+	// and following a pointer the call verifies (same name, not gone) costs
+	// fewer cache misses than a lookup in a map of many keys. Entries may
+	// be stale or nil; they are hints only. Not stored.
+	keys []*keyState
+
+	// acquireReply is the buffer of the spender's Acquire replies: reply
+	// points to it after an Acquire, and the next Acquire rewrites it.
+	acquireReply *AcquireReply
 }
 
 // check decides what to do with call c of kind k and digest d on session s

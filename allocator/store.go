@@ -21,7 +21,15 @@ var (
 	metaFormat     = []byte("format")
 )
 
-const storeFormat = "ration-allocator/1"
+// storeFormat names the layout of the store and the newest record version
+// it may hold. Format 1 (records of version 1 only) is upgraded in place on
+// Open: its records still decode, and writing the new name makes an older
+// binary refuse the store (it could not read version 2 records) instead
+// of treating them as lost state.
+const (
+	storeFormat  = "ration-allocator/2"
+	storeFormat1 = "ration-allocator/1"
+)
 
 // checkpointBytes is how much journal triggers a checkpoint.
 const checkpointBytes = 64 << 20
@@ -188,15 +196,20 @@ func (st *store) sync(target uint64) error {
 	start := time.Now()
 	var end uint64
 	err := st.db.Update(func(tx *bolt.Tx) error {
+		// Encode under the ledger mutex (the records' state as of end),
+		// then put the chunks into the journal without it: bbolt's work
+		// (B+tree descent, node allocations) need not stall calls.
 		st.l.mu.Lock()
-		defer st.l.mu.Unlock()
 		if h := st.l.cfg.hook; h != nil {
 			if err := h("before"); err != nil {
+				st.l.mu.Unlock()
 				return err
 			}
 		}
 		end = st.base + uint64(len(st.log))
-		return st.write(tx, st.base, end)
+		chunks := st.encode(st.base, end)
+		st.l.mu.Unlock()
+		return st.put(tx, end, chunks)
 	})
 	if st.obs != nil {
 		st.obs(time.Since(start), err)
@@ -240,30 +253,15 @@ func (st *store) sync(target uint64) error {
 // measured within noise of each other; 15 KB was the best of the three.
 const journalChunk = 15000
 
-// write appends the current state of the records marked at log positions
-// [from, end) to the journal in tx, each record once (at its latest mark),
-// in chunks keyed (end, chunk number) big-endian, so they replay in order.
-func (st *store) write(tx *bolt.Tx, from, end uint64) error {
+// encode returns the current state of the records marked at log positions
+// [from, end), each record once (at its latest mark), as journal chunks of
+// about journalChunk bytes, with l.mu held. The chunks are the commit's
+// buffers (st.used).
+func (st *store) encode(from, end uint64) [][]byte {
 	if from >= end {
 		return nil
 	}
-	j := tx.Bucket(bucketJournal)
-	j.FillPercent = 1 // append-only: full pages
-	var chunk uint16
 	e := enc{b: st.buffer()}
-	flush := func() error {
-		if len(e.b) == 0 {
-			return nil
-		}
-		key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(make([]byte, 0, 10), end), chunk)
-		if err := j.Put(key, e.b); err != nil {
-			return err
-		}
-		st.journalBytes.Add(int64(len(e.b)))
-		chunk++
-		e.b = st.buffer() // bbolt keeps the value until the commit ends
-		return nil
-	}
 	var val enc
 	for pos := from; pos < end; pos++ {
 		id := &st.log[pos-st.base]
@@ -301,12 +299,32 @@ func (st *store) write(tx *bolt.Tx, from, end uint64) error {
 			e.b = append(e.b, val.b...)
 		}
 		if len(e.b) >= journalChunk {
-			if err := flush(); err != nil {
-				return err
-			}
+			st.used[len(st.used)-1] = e.b
+			e.b = st.buffer()
 		}
 	}
-	return flush()
+	st.used[len(st.used)-1] = e.b
+	return st.used
+}
+
+// put appends chunks to the journal in tx as one entry, keyed (end, chunk
+// number) big-endian so that entries replay in order.
+func (st *store) put(tx *bolt.Tx, end uint64, chunks [][]byte) error {
+	j := tx.Bucket(bucketJournal)
+	j.FillPercent = 1 // append-only: full pages
+	var n uint16
+	for _, c := range chunks {
+		if len(c) == 0 {
+			continue
+		}
+		key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(make([]byte, 0, 10), end), n)
+		if err := j.Put(key, c); err != nil { // bbolt keeps c until the commit ends
+			return err
+		}
+		st.journalBytes.Add(int64(len(c)))
+		n++
+	}
+	return nil
 }
 
 // buffer returns an empty chunk buffer for the commit in flight.
@@ -328,11 +346,16 @@ func (st *store) checkpoint() error {
 	start := time.Now()
 	var n int
 	err := st.db.Update(func(tx *bolt.Tx) error {
+		// The latest op of every record, by name: a journal holds many
+		// versions of few records, so names are looked up without
+		// allocating and kept once per record.
 		type rec struct {
-			op  byte
-			val []byte
+			name string
+			op   byte
+			val  []byte
 		}
-		latest := make(map[recID]rec)
+		var recs []rec
+		index := [2]map[string]int{make(map[string]int), make(map[string]int)} // keys, sessions
 		j := tx.Bucket(bucketJournal)
 		c := j.Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -340,7 +363,7 @@ func (st *store) checkpoint() error {
 			d := &dec{b: v}
 			for len(d.b) > 0 && d.err == nil {
 				op := d.byte()
-				name := d.str(max(MaxKeyLen, MaxSpenderIDLen))
+				name := d.bytes(max(MaxKeyLen, MaxSpenderIDLen))
 				var val []byte
 				if op == opKeyPut || op == opSessionPut {
 					m := d.u()
@@ -353,7 +376,17 @@ func (st *store) checkpoint() error {
 				} else if op != opKeyDelete && op != opSessionDelete {
 					d.fail()
 				}
-				latest[recID{session: op == opSessionPut || op == opSessionDelete, name: name}] = rec{op, val}
+				kind := 0
+				if op == opSessionPut || op == opSessionDelete {
+					kind = 1
+				}
+				if i, ok := index[kind][string(name)]; ok {
+					recs[i].op, recs[i].val = op, val
+				} else {
+					r := rec{name: string(name), op: op, val: val}
+					index[kind][r.name] = len(recs)
+					recs = append(recs, r)
+				}
 			}
 			if d.err != nil {
 				// A torn entry cannot come from bbolt (commits are atomic);
@@ -361,34 +394,23 @@ func (st *store) checkpoint() error {
 				return fmt.Errorf("allocator: journal entry %x: %w", k, d.err)
 			}
 		}
-		ids := make([]recID, 0, len(latest))
-		for id := range latest {
-			ids = append(ids, id)
-		}
-		slices.SortFunc(ids, func(a, b recID) int {
-			if a.session != b.session {
-				if a.session {
-					return 1
+		for kind, b := range []*bolt.Bucket{tx.Bucket(bucketKeys), tx.Bucket(bucketSessions)} {
+			names := make([]string, 0, len(index[kind]))
+			for name := range index[kind] {
+				names = append(names, name)
+			}
+			slices.Sort(names) // key order: sequential B+tree updates
+			for _, name := range names {
+				r := &recs[index[kind][name]]
+				var err error
+				if r.op == opKeyPut || r.op == opSessionPut {
+					err = b.Put([]byte(name), bytes.Clone(r.val))
+				} else {
+					err = b.Delete([]byte(name))
 				}
-				return -1
-			}
-			return bytes.Compare([]byte(a.name), []byte(b.name))
-		})
-		keys, sessions := tx.Bucket(bucketKeys), tx.Bucket(bucketSessions)
-		for _, id := range ids {
-			r := latest[id]
-			b := keys
-			if id.session {
-				b = sessions
-			}
-			var err error
-			if r.val != nil {
-				err = b.Put([]byte(id.name), bytes.Clone(r.val))
-			} else {
-				err = b.Delete([]byte(id.name))
-			}
-			if err != nil {
-				return err
+				if err != nil {
+					return err
+				}
 			}
 		}
 		if err := tx.DeleteBucket(bucketJournal); err != nil {
@@ -456,12 +478,12 @@ func (st *store) recover() error {
 			return err
 		}
 		switch f := meta.Get(metaFormat); {
-		case f == nil:
+		case f == nil, string(f) == storeFormat1:
 			if err := meta.Put(metaFormat, []byte(storeFormat)); err != nil {
 				return err
 			}
 		case string(f) != storeFormat:
-			return fmt.Errorf("allocator: store format %q, want %q", f, storeFormat)
+			return fmt.Errorf("allocator: store format %q, want %q (or %q, upgraded in place)", f, storeFormat, storeFormat1)
 		}
 		if _, err := tx.CreateBucketIfNotExists(bucketKeys); err != nil {
 			return err
@@ -491,7 +513,8 @@ func (st *store) recover() error {
 				ks = &keyState{fresh: true, emptyFrom: now}
 				lost++
 			}
-			l.keys[string(k)] = ks
+			ks.name = string(k)
+			l.keys[ks.name] = ks
 			return nil
 		})
 		if err != nil {

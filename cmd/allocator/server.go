@@ -15,13 +15,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect/v2"
-	"connectrpc.com/connect/v2/connecthttp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rationhq/ration/allocator"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
-	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
 
 // run serves until ctx is done, then drains and closes the store.
@@ -95,10 +93,8 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 
 	g := &gate{}
 	var ready atomic.Bool
-	cs := connect.NewServer(interceptors...)
-	leasev1connect.RegisterLeaseServiceHandler(cs, g)
 	mux := http.NewServeMux()
-	connecthttp.Mount(mux, cs)
+	allocator.Mount(mux, g, interceptors...)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
