@@ -2,6 +2,7 @@ package spender
 
 import (
 	"fmt"
+	"hash/maphash"
 	"time"
 
 	"github.com/rationhq/ration/bucket"
@@ -30,9 +31,13 @@ type keyState struct {
 	dead bool
 
 	sh   *shard
-	hash uint64    // maphash of key under the Limiter's seed
 	next *keyState // the next state whose key has the same hash
 }
+
+// hash returns the maphash of st's key under the Limiter's seed (not kept
+// in the state: only rare paths need it again, and 8 bytes less keeps a
+// leased key in a smaller size class).
+func (st *keyState) hash() uint64 { return maphash.String(st.sh.l.seed, st.key) }
 
 // validateLimits checks lim without touching any state.
 func validateLimits(lim Limits) error {
@@ -58,26 +63,42 @@ func validateLimits(lim Limits) error {
 // its Status only when asked, without the key's lock: admission does no
 // division for headers nobody may read.
 type keyLimits struct {
-	lim      Limits
-	req, tok bucket.Bucket
+	lim     Limits
+	buckets *[2]bucket.Bucket // requests, tokens; nil for a leased key, whose Status needs only lim
+}
+
+// standaloneLimits is a standalone key's keyLimits with its bucket copies,
+// in one allocation.
+type standaloneLimits struct {
+	kl      keyLimits
+	buckets [2]bucket.Bucket
+}
+
+// newStandaloneLimits returns an immutable copy of lim and of req's and
+// tok's parameters.
+func newStandaloneLimits(lim Limits, req, tok bucket.Bucket) *keyLimits {
+	sl := &standaloneLimits{buckets: [2]bucket.Bucket{req, tok}}
+	sl.kl = keyLimits{lim: lim, buckets: &sl.buckets}
+	return &sl.kl
 }
 
 // newKeyState returns full buckets for lim at now. lim must be valid.
-func newKeyState(sh *shard, key string, h uint64, lim Limits, now bucket.Instant) *keyState {
+func newKeyState(sh *shard, key string, lim Limits, now bucket.Instant) *keyState {
 	// One allocation for the state and its first limits.
 	sk := &struct {
 		keyState
-		kl keyLimits
+		sl standaloneLimits
 	}{}
 	st := &sk.keyState
-	*st = keyState{sh: sh, key: key, hash: h, lim: lim, kl: &sk.kl}
+	*st = keyState{sh: sh, key: key, lim: lim, kl: &sk.sl.kl}
 	if bl, ok := lim.RequestLimit(); ok {
 		st.req, _ = bucket.New(bl, now)
 	}
 	if bl, ok := lim.TokenLimit(); ok {
 		st.tok, _ = bucket.New(bl, now)
 	}
-	sk.kl = keyLimits{lim: lim, req: st.req, tok: st.tok}
+	sk.sl.buckets = [2]bucket.Bucket{st.req, st.tok}
+	sk.sl.kl = keyLimits{lim: lim, buckets: &sk.sl.buckets}
 	return st
 }
 
@@ -100,7 +121,7 @@ func (st *keyState) setLimits(lim Limits, now bucket.Instant) {
 	follow(&st.req, st.lim.RPM > 0, rl, rok)
 	follow(&st.tok, st.lim.TPM > 0, tl, tok)
 	st.lim = lim
-	st.kl = &keyLimits{lim: lim, req: st.req, tok: st.tok}
+	st.kl = newStandaloneLimits(lim, st.req, st.tok)
 }
 
 // advance refills both buckets to now.
@@ -174,7 +195,7 @@ func (st *keyState) levels() (req, tok int64) {
 // status is what keyState.status reported when the buckets held levels
 // req and tok.
 func (kl *keyLimits) status(req, tok int64) Status {
-	r, t := kl.req.WithLevel(req), kl.tok.WithLevel(tok)
+	r, t := kl.buckets[0].WithLevel(req), kl.buckets[1].WithLevel(tok)
 	return statusOf(kl.lim, &r, &t)
 }
 

@@ -131,7 +131,7 @@ func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost
 		sh.mu.Lock()
 		if st.dead { // swept while we waited: start again on the key's live state
 			sh.mu.Unlock()
-			return l.reserveLeased(ctx, st.hash, st.key, lim, c, 0, false)
+			return l.reserveLeased(ctx, st.hash(), st.key, lim, c, 0, false)
 		}
 		if r := l.admitLeaseLocked(sh, st, c, inst, pathSlow); r != nil {
 			sh.mu.Unlock()
@@ -197,7 +197,7 @@ func (l *Limiter) fallbackLocked(st *keyState, c Cost, now bucket.Instant) (Rese
 			// Buckets at the share that start empty: the global bucket was
 			// probably spent when the allocator went away, and a full start
 			// would add a burst of the whole capacity across the fleet.
-			fresh := newKeyState(st.sh, st.key, st.hash, share, now)
+			fresh := newKeyState(st.sh, st.key, share, now) // a bucket holder, never linked
 			fresh.take(Cost{Requests: capacityOf(share.RPM, share.BurstRequests), Tokens: capacityOf(share.TPM, share.BurstTokens)})
 			st.req, st.tok = fresh.req, fresh.tok
 			ls.fallback, ls.fbLim = true, share

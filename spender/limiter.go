@@ -209,13 +209,13 @@ func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Insta
 	switch {
 	case st == nil && sh.l.lz != nil:
 		lk := &leasedKey{kl: keyLimits{lim: lim}}
-		lk.keyState = keyState{sh: sh, key: key, hash: h, lim: lim, kl: &lk.kl, ls: &lk.leaseState}
+		lk.keyState = keyState{sh: sh, key: key, lim: lim, kl: &lk.kl, ls: &lk.leaseState}
 		lk.leaseState.lastUse = now // not idle before it had a chance to be used
 		st = &lk.keyState
-		sh.linkLocked(st)
+		sh.linkLocked(h, st)
 	case st == nil:
-		st = newKeyState(sh, key, h, lim, now)
-		sh.linkLocked(st)
+		st = newKeyState(sh, key, lim, now)
+		sh.linkLocked(h, st)
 	case st.ls != nil:
 		st.lim, st.kl = lim, &keyLimits{lim: lim}
 	default:
@@ -242,10 +242,10 @@ func (sh *shard) findLocked(h uint64, key string) *keyState {
 	return st
 }
 
-// linkLocked adds st, whose key must not be present.
-func (sh *shard) linkLocked(st *keyState) {
-	st.next = sh.keys.get(st.hash)
-	sh.keys.set(st.hash, st)
+// linkLocked adds st, whose key hashes to h and must not be present.
+func (sh *shard) linkLocked(h uint64, st *keyState) {
+	st.next = sh.keys.get(h)
+	sh.keys.set(h, st)
 	sh.n++
 }
 
@@ -354,10 +354,11 @@ func (r *reservation) Settle(actual Cost) {
 	// anew, full, if there is none) is where the adjustment belongs.
 	now := sh.l.now()
 	if st.dead {
-		live := sh.findLocked(st.hash, st.key)
+		h := st.hash()
+		live := sh.findLocked(h, st.key)
 		if live == nil {
-			live = newKeyState(sh, st.key, st.hash, st.lim, now) // st.lim was validated when stored
-			sh.linkLocked(live)
+			live = newKeyState(sh, st.key, st.lim, now) // st.lim was validated when stored
+			sh.linkLocked(h, live)
 		}
 		st = live
 	}

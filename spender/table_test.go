@@ -25,7 +25,7 @@ func TestKeyTableMatchesMap(t *testing.T) {
 			switch r := rng.IntN(10); {
 			case r < 5:
 				h := hash()
-				st := &keyState{hash: h}
+				st := &keyState{key: "k"}
 				tab.set(h, st)
 				model[h] = st
 			case r < 9:
