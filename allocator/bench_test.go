@@ -128,7 +128,7 @@ func newBenchService(b *testing.B, durable bool) *allocator.Service {
 	var err error
 	if durable {
 		var commits, total atomic.Int64
-		l, err = allocator.Open(filepath.Join(b.TempDir(), "bench.db"), allocator.WithCommitObserver(func(d time.Duration, _ error) {
+		l, err = allocator.Open(filepath.Join(b.TempDir(), "bench.db"), allocator.WithCommitLinger(*benchLinger), allocator.WithCommitObserver(func(d time.Duration, _ error) {
 			commits.Add(1)
 			total.Add(int64(d))
 		}))
@@ -207,6 +207,10 @@ const loopbackCallers = 256
 // cmd/allocator uses by default, allocator.ServerProcs(-cpu value), i.e.
 // each served as it would be in production. "same": both at the -cpu
 // value.
+// benchLinger is the durable services' commit linger (cmd/allocator's
+// -commit-linger; its default is 1 ms).
+var benchLinger = flag.Duration("bench.linger", time.Millisecond, "commit linger of the durable benchmark services")
+
 var loopbackProcs = flag.String("loopback.procs", "production", `"production" (allocator at allocator.ServerProcs(-cpu)) or "same" (allocator at -cpu, like echo)`)
 
 // loopbackConns is the number of client connections the callers share.
