@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -25,11 +26,32 @@ import (
 // run serves until ctx is done, then drains and closes the store.
 func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	log := newLogger(cfg, logOut)
+	procs, why := setProcs(cfg)
+	log.Info("allocator: GOMAXPROCS", "procs", procs, "numcpu", runtime.NumCPU(), "source", why)
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
 	}
 	return serve(ctx, cfg, ln, log)
+}
+
+// setProcs applies -gomaxprocs: an explicit value wins, then the
+// GOMAXPROCS environment variable (left to the runtime), else the
+// runtime's default plus one (allocator.ServerProcs: a P that waits in a
+// commit's fsync would otherwise leave a core idle). It returns the
+// setting and where it came from.
+func setProcs(cfg config) (int, string) {
+	switch {
+	case cfg.gomaxprocs > 0:
+		runtime.GOMAXPROCS(cfg.gomaxprocs)
+		return cfg.gomaxprocs, "-gomaxprocs"
+	case cfg.envGOMAXPROCS:
+		return runtime.GOMAXPROCS(0), "GOMAXPROCS environment variable"
+	default:
+		n := allocator.ServerProcs(runtime.GOMAXPROCS(0))
+		runtime.GOMAXPROCS(n)
+		return n, "default: runtime default + 1"
+	}
 }
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {
