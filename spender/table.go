@@ -4,7 +4,7 @@ import "math/bits"
 
 // keyTable is a shard's index of key states by their 64-bit hash: open
 // addressing with linear probing over a power-of-two array of (hash,
-// state) slots, at most half full. Keys whose hashes collide share a slot
+// state) slots, at most three quarters full (measured faster than half full with 10k keys: a smaller table stays in cache). Keys whose hashes collide share a slot
 // and are chained through keyState.next. A lookup reads one or two
 // adjacent slots (16 bytes each) and nothing else, where a Go map reads
 // its directory, a table, a control word and a slot: with 10k keys that
@@ -46,7 +46,7 @@ func (t *keyTable) get(h uint64) *keyState {
 
 // set makes st (not nil) the chain for hash h, adding a slot if h has none.
 func (t *keyTable) set(h uint64, st *keyState) {
-	if 2*(t.used+1) > len(t.slots) {
+	if 4*(t.used+1) > 3*len(t.slots) {
 		t.resize(max(minTableSlots, 2*len(t.slots)))
 	}
 	mask := len(t.slots) - 1
@@ -81,7 +81,7 @@ func (t *keyTable) resize(n int) {
 // by hash), sized for them.
 func (t *keyTable) rebuild(heads []tableSlot) {
 	n := minTableSlots
-	for n < 2*len(heads) {
+	for 3*n < 4*len(heads) {
 		n *= 2
 	}
 	if n == len(t.slots) {

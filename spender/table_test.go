@@ -45,7 +45,7 @@ func TestKeyTableMatchesMap(t *testing.T) {
 				}
 				tab.rebuild(kept)
 			}
-			if tab.used != len(model) || 2*tab.used > len(tab.slots) {
+			if tab.used != len(model) || 4*tab.used > 3*len(tab.slots) {
 				t.Fatalf("round %d op %d: %d used of %d slots, model has %d", round, op, tab.used, len(tab.slots), len(model))
 			}
 		}
