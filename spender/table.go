@@ -4,8 +4,9 @@ import "math/bits"
 
 // keyTable is a shard's index of key states by their 64-bit hash: open
 // addressing with linear probing over a power-of-two array of (hash,
-// state) slots, at most three quarters full (measured faster than half full with 10k keys: a smaller table stays in cache). Keys whose hashes collide share a slot
-// and are chained through keyState.next. A lookup reads one or two
+// state) slots, at most three quarters full (measured faster than half
+// full with 10k keys: the smaller table stays in cache). Keys whose hashes
+// collide share a slot and are chained through keyState.next. A lookup reads one or two
 // adjacent slots (16 bytes each) and nothing else, where a Go map reads
 // its directory, a table, a control word and a slot: with 10k keys that
 // is a cache miss less per admission (docs/results.md).
