@@ -1,8 +1,14 @@
 package spender
 
 import (
+	"context"
+	"errors"
+	"strconv"
 	"testing"
+	"time"
 	"unsafe"
+
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
 // TestLeasedKeyLayout keeps the cache-line layout the hot paths rely on
@@ -50,5 +56,60 @@ func TestLeasedKeyLayout(t *testing.T) {
 	// cycle, so its size is paid for over and over.
 	if sz := unsafe.Sizeof(lk); sz <= 512 || sz > 576 {
 		t.Errorf("leasedKey is %d bytes, want 513 to 576", sz)
+	}
+}
+
+// nopSource is a LeaseSource that is never reached (manual leasing sends
+// nothing until asked).
+type nopSource struct{}
+
+func (nopSource) Acquire(context.Context, *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	return nil, errors.New("nop")
+}
+
+func (nopSource) ReserveAhead(context.Context, *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
+	return nil, errors.New("nop")
+}
+
+func (nopSource) Release(context.Context, *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
+	return nil, errors.New("nop")
+}
+
+// TestLeaseOfMatchesLs: leaseOf's address arithmetic (leaseAddr, without
+// the fallback to st.ls) gives st.ls for every state a leased Limiter
+// holds, and for a leasedKey built by hand.
+func TestLeaseOfMatchesLs(t *testing.T) {
+	var lk leasedKey
+	lk.keyState.ls = &lk.leaseState
+	if got := leaseAddr(&lk.keyState); got != &lk.leaseState {
+		t.Fatalf("leaseAddr = %p, want %p", got, &lk.leaseState)
+	}
+	l := New(SystemClock{}, WithLeases(nopSource{}), WithManualLeasing())
+	defer func() {
+		// Nothing was granted, so there is nothing to give back; the
+		// source refuses anyway, so do not wait for it.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		defer cancel()
+		_ = l.Close(ctx)
+	}()
+	for i := range 1000 {
+		_, err := l.Reserve(context.Background(), "k"+strconv.Itoa(i), Limits{RPM: 60, TPM: 6000}, Cost{Requests: 1, Tokens: 10})
+		if !errors.Is(err, ErrLeasePending) {
+			t.Fatalf("key %d: %v, want ErrLeasePending", i, err)
+		}
+	}
+	n := 0
+	for i := range l.shards {
+		for _, s := range l.shards[i].keys.slots {
+			for st := s.st; st != nil; st = st.next {
+				n++
+				if st.ls == nil || leaseAddr(st) != st.ls {
+					t.Fatalf("key %q: leaseAddr = %p, st.ls = %p", st.key, leaseAddr(st), st.ls)
+				}
+			}
+		}
+	}
+	if n != 1000 {
+		t.Fatalf("%d states, want 1000", n)
 	}
 }

@@ -31,7 +31,7 @@ func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim L
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	ls := st.ls
+	ls := leaseOf(st)
 	if dim, big := oversize(lim, c); big {
 		rej := &RejectError{Status: ls.status(lim, inst), Dimension: dim, Oversize: true, Cost: c}
 		sh.mu.Unlock()
@@ -162,7 +162,7 @@ func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost
 // starting a refresh when the lease falls below its low watermark. It
 // returns nil when the lease cannot cover c.
 func (l *Limiter) admitLeaseLocked(sh *shard, st *keyState, c Cost, now bucket.Instant, path admitPath) Reservation {
-	ls := st.ls
+	ls := leaseOf(st)
 	if !ls.valid(now) || !ls.covers(st.lim, c) {
 		return nil
 	}
