@@ -48,9 +48,12 @@ type Reserver interface {
 //     WithBoundedOverrun a missing max_tokens is injected too.
 //  6. The handler runs with the (possibly rewritten) body; SSE responses
 //     are forwarded event by event and flushed after each.
-//  7. When the handler returns (or panics), the reservation is settled
-//     exactly once: with the usage the upstream reported (JSON usage, or
-//     the final SSE chunk's); else Cancel if the status is 5xx (our outages
+//  7. The reservation is settled exactly once: a stream that reported
+//     usage is settled with it at its "[DONE]" event, before that event is
+//     forwarded (so a client that sends its next request as soon as the
+//     stream ends sees it settled); otherwise when the handler returns (or
+//     panics): with the usage the upstream reported (JSON usage, or the
+//     final SSE chunk's); else Cancel if the status is 5xx (our outages
 //     are free) or the handler panicked before writing; else 1 request and
 //     0 tokens for a
 //     4xx; else the prompt estimate plus the generated text seen at
@@ -147,6 +150,7 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		hdrs:      hdrs,
 		dropUsage: fields["stream_options"] != nil,
 	}
+	rec.settleUsage = func(u *usage) { res.Settle(spender.Cost{Requests: 1, Tokens: u.tokens()}) }
 	returned := false
 	defer func() { s.settle(ctx, p, res, rec, est, returned) }()
 	s.next.ServeHTTP(rec, r2)
@@ -163,6 +167,8 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // One that panics before writing anything is cancelled.
 func (s *stage) settle(ctx context.Context, p Principal, res spender.Reservation, rec *recorder, est estimateResult, returned bool) {
 	switch {
+	case rec.settled:
+		// Settled with the stream's usage at its end (see recorder).
 	case rec.usage != nil:
 		res.Settle(spender.Cost{Requests: 1, Tokens: rec.usage.tokens()})
 	case rec.code >= 500 || (rec.code == 0 && !returned):

@@ -51,6 +51,13 @@ type recorder struct {
 	usage    *usage // the last usage seen, nil if none
 	outBytes int64  // SSE: generated text bytes; other modes: body bytes
 	writeErr error  // the first error writing to the client
+
+	// settleUsage, when set, settles the reservation with a stream's
+	// usage at its "[DONE]" event, before that event is forwarded: a
+	// client that sends its next request as soon as the stream ends then
+	// sees this one settled in its headers. settled records that it ran.
+	settleUsage func(*usage)
+	settled     bool
 }
 
 var (
@@ -176,7 +183,14 @@ func (r *recorder) drainEvents() bool {
 // to forward it.
 func (r *recorder) event(ev []byte) bool {
 	data := sseData(ev)
-	if len(data) == 0 || string(data) == "[DONE]" {
+	if string(data) == "[DONE]" {
+		if r.usage != nil && r.settleUsage != nil && !r.settled {
+			r.settleUsage(r.usage)
+			r.settled = true
+		}
+		return true
+	}
+	if len(data) == 0 {
 		return true
 	}
 	var c streamChunk

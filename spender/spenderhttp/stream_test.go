@@ -310,3 +310,35 @@ func TestStreamFlushedWithoutHandlerFlush(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamSettledBeforeDone: a stream that reported usage is settled
+// before its "[DONE]" reaches the client, so the client's next request
+// sees it in its headers; the handler's return does not settle it again.
+func TestStreamSettledBeforeDone(t *testing.T) {
+	e := &engine{
+		events:   []string{contentChunk("Hi", true), usageChunk, "[DONE]"},
+		holdOpen: true, // the handler returns only when the client leaves
+		bodies:   make(chan []byte, 1),
+	}
+	g := newGateway(t, e, streamKey)
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := post(t, ctx, g.front.URL, chat(`"stream":true`))
+	<-e.bodies
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() && sc.Text() != "data: [DONE]" {
+	}
+	select {
+	case ev := <-g.settled:
+		if ev != (event{"settle", spender.Cost{Requests: 1, Tokens: 13}}) {
+			t.Errorf("reservation ended %+v, want settle of 13 tokens", ev)
+		}
+	default:
+		t.Fatal("the client read [DONE] before the reservation was settled")
+	}
+	cancel()
+	resp.Body.Close()
+	g.Close() // waits for the handler to return
+	if evs := g.rec.Events(); len(evs) != 1 {
+		t.Errorf("reservation ended %d times: %+v", len(evs), evs)
+	}
+}
