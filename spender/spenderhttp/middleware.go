@@ -149,8 +149,8 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc:        http.NewResponseController(w),
 		hdrs:      hdrs,
 		dropUsage: fields["stream_options"] != nil,
+		res:       res,
 	}
-	rec.settleUsage = func(u *usage) { res.Settle(spender.Cost{Requests: 1, Tokens: u.tokens()}) }
 	returned := false
 	defer func() { s.settle(ctx, p, res, rec, est, returned) }()
 	s.next.ServeHTTP(rec, r2)

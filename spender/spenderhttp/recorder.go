@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"mime"
 	"net/http"
+
+	"github.com/rationhq/ration/spender"
 )
 
 // Capture limits, in bytes.
@@ -52,12 +54,12 @@ type recorder struct {
 	outBytes int64  // SSE: generated text bytes; other modes: body bytes
 	writeErr error  // the first error writing to the client
 
-	// settleUsage, when set, settles the reservation with a stream's
-	// usage at its "[DONE]" event, before that event is forwarded: a
-	// client that sends its next request as soon as the stream ends then
-	// sees this one settled in its headers. settled records that it ran.
-	settleUsage func(*usage)
-	settled     bool
+	// res, when set, is settled with a stream's usage at its "[DONE]"
+	// event, before that event is forwarded: a client that sends its next
+	// request as soon as the stream ends then sees this one settled in its
+	// headers. settled records that it was.
+	res     spender.Reservation
+	settled bool
 }
 
 var (
@@ -184,8 +186,8 @@ func (r *recorder) drainEvents() bool {
 func (r *recorder) event(ev []byte) bool {
 	data := sseData(ev)
 	if string(data) == "[DONE]" {
-		if r.usage != nil && r.settleUsage != nil && !r.settled {
-			r.settleUsage(r.usage)
+		if r.usage != nil && r.res != nil && !r.settled {
+			r.res.Settle(spender.Cost{Requests: 1, Tokens: r.usage.tokens()})
 			r.settled = true
 		}
 		return true
