@@ -11,13 +11,43 @@ import (
 // It is guarded by the key's shard mutex. Only limited dimensions are
 // tracked; an unlimited one is never short.
 //
-// Its fields that every admission reads or writes come last, so that in a
-// leased key's allocation (a leaseState followed by its keyState) they sit
-// in the two cache lines just before the keyState's own hot line; the
-// layout test (TestLeasedKeyLayout) keeps it so.
+// It holds only the fields every admission and settlement reads or
+// writes, in two cache lines; the rest (leaseCold) is behind a pointer and
+// touched by refreshes, slow paths and overruns only. A leased key
+// (leasedKey: this, then its keyState) is 384 bytes, a size class whose
+// objects start on 128-byte boundaries and which the GC scans span by
+// span; the layout test (TestLeasedKeyLayout) keeps it so.
 type leaseState struct {
+	expiry      bucket.Instant // when avail stops being spendable
+	avail       Cost           // granted and unspent; spendable while now < expiry
+	outstanding Cost           // admitted and not yet settled (counted as held)
+	lowWater    Cost           // refresh when the lease falls below this plus a request
+	spentTotal  Cost           // spent since the state was made, net of refunds
+	lastUse     bucket.Instant
+	// The key's global state as of the last answer, for headers: whole
+	// units left in the global buckets, copied out of the answer so the
+	// hot path reads no message.
+	snapRem Cost
+	snapAt  bucket.Instant
+	gen     uint32 // moves on each time the lease is seen to expire
+	queued  bool   // waiting for the next Acquire
+	inCall  bool   // in the Acquire being sent
+	hasSnap bool   // snapRem and snapAt hold an answer
+	rated   bool   // rateAt and rateBase are set
+
+	*leaseCold
+	_ [8]byte // to 128 bytes, so that a leasedKey's keyState starts on a cache line
+}
+
+// leaseCold is the part of a key's lease state that admissions do not
+// touch (unless they overrun, or fail to be admitted from the lease).
+type leaseCold struct {
 	debt Cost // spent beyond any grant, not yet reported
 	ret  Cost // to give back on the next call
+
+	// lastCost is a request's cost recorded before the spend rate is
+	// known, to size the first asks (want).
+	lastCost Cost
 
 	notBefore bucket.Instant // after NOT_COVERED: answer locally until then
 	shortDim  Dimension      // the dimension that was short then
@@ -31,32 +61,14 @@ type leaseState struct {
 
 	active uint32 // spenders holding a lease on the key, per the allocator
 
-	// Spend rate, estimated at each call from spentTotal.
-	rated            bool // rateAt and rateBase are set
+	// Spend rate, estimated at each call from spentTotal (leaseState.rated
+	// says whether rateAt and rateBase are set).
 	rateAt           bucket.Instant
 	rateBase         Cost
 	rateReq, rateTok float64 // per second
 
 	fallback bool   // fallback buckets (keyState.req/tok) are at fbLim
 	fbLim    Limits // the share the fallback buckets were made for
-
-	// Read or written by every Reserve, kept together at the end.
-	expiry      bucket.Instant // when avail stops being spendable
-	avail       Cost           // granted and unspent; spendable while now < expiry
-	outstanding Cost           // admitted and not yet settled (counted as held)
-	lowWater    Cost           // refresh when the lease falls below this plus a request
-	spentTotal  Cost           // spent since the state was made, net of refunds
-	lastCost    Cost
-	lastUse     bucket.Instant
-	// The key's global state as of the last answer, for headers: whole
-	// units left in the global buckets, copied out of the answer so the
-	// hot path reads no message.
-	snapRem Cost
-	snapAt  bucket.Instant
-	gen     uint32 // moves on each time the lease is seen to expire
-	queued  bool   // waiting for the next Acquire
-	inCall  bool   // in the Acquire being sent
-	hasSnap bool   // snapRem and snapAt hold an answer
 }
 
 // valid reports whether the lease may be spent at now, dropping it if not:
@@ -89,7 +101,9 @@ func (ls *leaseState) spend(lim Limits, c Cost, now bucket.Instant) {
 // record counts c as spent now, for the rate estimate and the headers.
 func (ls *leaseState) record(c Cost, now bucket.Instant) {
 	ls.spentTotal = add(ls.spentTotal, c)
-	ls.lastCost = c
+	if !ls.rated {
+		ls.lastCost = c
+	}
 	ls.lastUse = now
 }
 
@@ -108,7 +122,8 @@ func (ls *leaseState) settle(lim Limits, reserved, actual Cost, gen uint32) {
 	ls.outstanding = Cost{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
 	ls.spentTotal = add(ls.spentTotal, sub(actual, reserved))
 	valid := gen == ls.gen
-	adjust := func(avail, debt *int64, r, a int64) {
+	// adjust returns what the lease cannot cover of an overrun: the debt.
+	adjust := func(avail *int64, r, a int64) (debt int64) {
 		switch {
 		case r > a && valid:
 			*avail += r - a
@@ -119,11 +134,15 @@ func (ls *leaseState) settle(lim Limits, reserved, actual Cost, gen uint32) {
 				*avail -= take
 				over -= take
 			}
-			*debt += over
+			return over
 		}
+		return 0
 	}
-	adjust(&ls.avail.Requests, &ls.debt.Requests, reserved.Requests, actual.Requests)
-	adjust(&ls.avail.Tokens, &ls.debt.Tokens, reserved.Tokens, actual.Tokens)
+	dr := adjust(&ls.avail.Requests, reserved.Requests, actual.Requests)
+	dt := adjust(&ls.avail.Tokens, reserved.Tokens, actual.Tokens)
+	if dr != 0 || dt != 0 { // only then touch the cold part
+		ls.debt = add(ls.debt, Cost{Requests: dr, Tokens: dt})
+	}
 }
 
 // setSnapshot records the global state an answer reported at now.

@@ -210,6 +210,7 @@ func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Insta
 	switch {
 	case st == nil && sh.l.lz != nil:
 		lk := &leasedKey{kl: keyLimits{lim: lim}}
+		lk.leaseState.leaseCold = new(leaseCold)
 		lk.keyState = keyState{sh: sh, key: key, lim: lim, kl: &lk.kl, ls: &lk.leaseState}
 		lk.leaseState.lastUse = now // not idle before it had a chance to be used
 		st = &lk.keyState
@@ -225,9 +226,9 @@ func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Insta
 	return st, nil
 }
 
-// leasedKey is a leased key's state in one allocation, laid out so that an
-// admission touches three adjacent cache lines: the lease's hot fields (the
-// last 128 bytes of leaseState) and the keyState's first line.
+// leasedKey is a leased key's state in one allocation (its leaseCold is
+// another), laid out so that an admission touches three adjacent cache
+// lines: the lease's (leaseState is two lines) and the keyState's first.
 type leasedKey struct {
 	leaseState
 	keyState
