@@ -74,7 +74,9 @@ func WithCommitObserver(f func(time.Duration, error)) Option {
 }
 
 // withHook is for tests: f runs inside every commit, with stage "before"
-// (a non-nil error aborts the commit, as a crash would).
+// (before the commit takes the calls' journal bytes) and "after" (once
+// they are put, before the transaction commits); a non-nil error aborts
+// the commit, as a crash or an I/O error would.
 func withHook(f func(stage string) error) Option {
 	return optionFunc(func(c *config) { c.hook = f })
 }

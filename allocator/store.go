@@ -209,7 +209,13 @@ func (st *store) sync(target uint64) error {
 		end = st.base + uint64(len(st.log))
 		chunks := st.encode(st.base, end)
 		st.l.mu.Unlock()
-		return st.put(tx, end, chunks)
+		if err := st.put(tx, end, chunks); err != nil {
+			return err
+		}
+		if h := st.l.cfg.hook; h != nil {
+			return h("after")
+		}
+		return nil
 	})
 	if st.obs != nil {
 		st.obs(time.Since(start), err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,6 +98,47 @@ func TestStoreCrashBeforeCommitLosesOnlyUnansweredCalls(t *testing.T) {
 	r, err := l2.Acquire(ctx, caller("a", 1, 2), k)
 	if err != nil || r.Keys[0].Granted.Tokens != 100 || r.Keys[0].Snapshot.Tokens.Remaining != 400 {
 		t.Fatalf("retry after the crash: %+v %v, want it applied once", r, err)
+	}
+}
+
+// TestStoreFailedCommitIsWrittenByTheNext: a commit fails (its calls get
+// ErrNotDurable but stay applied in memory); the process goes on, and the
+// next commit must write their changes too, so that the state on disk is
+// again the state in memory.
+func TestStoreFailedCommitIsWrittenByTheNext(t *testing.T) {
+	for _, stage := range []string{"before", "after"} {
+		t.Run(stage, func(t *testing.T) { testFailedCommitIsWrittenByTheNext(t, stage) })
+	}
+}
+
+func testFailedCommitIsWrittenByTheNext(t *testing.T, failAt string) {
+	clk := newFakeClock()
+	path := tempDB(t)
+	var fail atomic.Bool
+	l := openLedger(t, path, clk, withHook(func(stage string) error {
+		if fail.Load() && stage == failAt {
+			return errors.New("injected I/O error")
+		}
+		return nil
+	}))
+	k := func(name string) AcquireKey { return AcquireKey{Key: name, Limits: tpm(600), Want: Amount{0, 100}} }
+	acq(t, l, caller("a", 1, 1), k("k1"))
+	fail.Store(true)
+	_, err := l.Acquire(ctx, caller("a", 1, 2), []AcquireKey{k("k1"), k("k2")})
+	wantErr(t, err, ErrNotDurable)
+	_, err = l.Acquire(ctx, caller("b", 1, 1), []AcquireKey{k("k2")})
+	wantErr(t, err, ErrNotDurable)
+	fail.Store(false)
+	// Only k3 and c's session change in this call; its commit must carry
+	// the failed ones' changes to k1, k2 and the sessions of a and b.
+	acq(t, l, caller("c", 1, 1), k("k3"))
+	if _, err := l.Acquire(ctx, caller("a", 1, 2), []AcquireKey{k("k1"), k("k2")}); err != nil {
+		t.Fatalf("a's retry once commits succeed: %v", err)
+	}
+	l2 := reopenSame(t, l, path, clk)
+	defer l2.Close()
+	if got := acq(t, l2, caller("b", 1, 1), k("k2")); got.Granted.Tokens != 100 || got.Snapshot.Tokens.Remaining != 400 {
+		t.Fatalf("b's retry after reopening: %+v, want its stored grant (k2 granted to a and b)", got)
 	}
 }
 
