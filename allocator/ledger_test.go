@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"pgregory.net/rapid"
 	"strings"
 	"testing"
 	"time"
@@ -529,4 +530,39 @@ func TestAcquireAfterKeyDroppedAndRecreated(t *testing.T) {
 	if len(l.keys) != 2 || l.keys["k1"] == nil || l.keys["k2"] == nil {
 		t.Fatalf("keys: %v", l.keys)
 	}
+}
+
+// TestCheckDuplicatesMatchesMap: checkDuplicates reports the first key
+// (in order) that repeats an earlier one, and which earlier one, exactly as
+// a map would, for batches small and large with many repeats.
+func TestCheckDuplicatesMatchesMap(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(0, MaxBatch).Draw(t, "n")
+		alphabet := rapid.IntRange(1, 2*MaxBatch).Draw(t, "alphabet")
+		keys := make([]string, n)
+		for i := range keys {
+			keys[i] = "k" + itoa(rapid.IntRange(0, alphabet-1).Draw(t, "key"))
+		}
+		var want string
+		first := make(map[string]int)
+		for i, k := range keys {
+			if j, ok := first[k]; ok {
+				want = fieldIdx("keys", i, "key") + ": duplicates keys[" + itoa(j) + "].key"
+				break
+			}
+			first[k] = i
+		}
+		err := checkDuplicates(n, func(i int) string { return keys[i] })
+		var got string
+		if err != nil {
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("error %v is not an InputError", err)
+			}
+			got = ie.Field + ": " + ie.Reason
+		}
+		if got != want {
+			t.Fatalf("checkDuplicates = %q, want %q", got, want)
+		}
+	})
 }

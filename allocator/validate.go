@@ -1,7 +1,6 @@
 package allocator
 
 import (
-	"slices"
 	"sync"
 	"time"
 
@@ -103,12 +102,14 @@ func dimLimit(rate, burst int64) (bucket.Limit, bool) {
 	return bucket.Limit{Capacity: c, Refill: rate, Period: time.Minute}, true
 }
 
-// hashBufs holds the (hash, index) arrays of checkDuplicates.
-var hashBufs = sync.Pool{New: func() any { return new([MaxBatch]uint64) }}
+// dupTables holds the hash tables of checkDuplicates.
+var dupTables = sync.Pool{New: func() any { return new([2 * MaxBatch]uint16) }}
 
 // checkDuplicates finds a key listed twice in one batch without
-// allocating: small batches by a quadratic scan, larger ones by sorting
-// (hash, index) pairs in a pooled array and comparing neighbours' keys.
+// allocating: small batches by a quadratic scan, larger ones with an
+// open-addressing table of key indexes (+1; 0 = empty) at most half full,
+// pooled rather than on the stack (a 4 KB array made every handler
+// goroutine grow its stack on its first call).
 func checkDuplicates(n int, key func(int) string) error {
 	if n <= 16 {
 		for i := 1; i < n; i++ {
@@ -120,21 +121,24 @@ func checkDuplicates(n int, key func(int) string) error {
 		}
 		return nil
 	}
-	// Pooled rather than an 8 KB stack array: the array made every handler
-	// goroutine grow (copy) its stack on its first call.
-	bp := hashBufs.Get().(*[MaxBatch]uint64)
-	defer hashBufs.Put(bp)
-	hs := bp[:n]
-	for i := range hs {
-		// The low 10 bits carry the index (MaxBatch = 1024), the rest a hash.
-		hs[i] = uint64(digestSeed.str(key(i)))&^(MaxBatch-1) | uint64(i)
+	size := 64
+	for size < 2*n {
+		size <<= 1
 	}
-	slices.Sort(hs)
-	for a := 0; a < n; a++ {
-		for b := a + 1; b < n && hs[b]&^(MaxBatch-1) == hs[a]&^(MaxBatch-1); b++ {
-			i, j := int(hs[a]&(MaxBatch-1)), int(hs[b]&(MaxBatch-1))
-			if key(i) == key(j) {
-				i, j = max(i, j), min(i, j)
+	tp := dupTables.Get().(*[2 * MaxBatch]uint16)
+	defer dupTables.Put(tp)
+	t := tp[:size]
+	clear(t)
+	mask := uint64(size - 1)
+	for i := range n {
+		k := key(i)
+		for s := uint64(digestSeed.str(k)) & mask; ; s = (s + 1) & mask {
+			j := int(t[s]) - 1
+			if j < 0 {
+				t[s] = uint16(i + 1)
+				break
+			}
+			if key(j) == k {
 				return inputErr(fieldIdx("keys", i, "key"), "duplicates keys[%d].key", j)
 			}
 		}
