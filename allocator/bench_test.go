@@ -208,8 +208,8 @@ const loopbackCallers = 256
 // each served as it would be in production. "same": both at the -cpu
 // value.
 // benchLinger is the durable services' commit linger (cmd/allocator's
-// -commit-linger; its default is 1 ms).
-var benchLinger = flag.Duration("bench.linger", time.Millisecond, "commit linger of the durable benchmark services")
+// -commit-linger; its default is 4 ms).
+var benchLinger = flag.Duration("bench.linger", 4*time.Millisecond, "commit linger of the durable benchmark services")
 
 var loopbackProcs = flag.String("loopback.procs", "production", `"production" (allocator at allocator.ServerProcs(-cpu)) or "same" (allocator at -cpu, like echo)`)
 

@@ -81,6 +81,8 @@ type store struct {
 	l   *Ledger
 	obs func(time.Duration, error)
 
+	sleep func(time.Duration) // time.Sleep; tests replace it
+
 	journalBytes  atomic.Int64   // journal written since the last checkpoint
 	checkpointing atomic.Bool    // a checkpoint goroutine is running
 	wg            sync.WaitGroup // the checkpoint goroutine
@@ -183,11 +185,11 @@ func (st *store) sync(target uint64) error {
 	busy := st.lastBatch > 1
 	st.cmu.Unlock()
 
-	// Under concurrent load, linger briefly so that more calls share the
-	// fsync (on this kind of VM an fsync costs ~100 µs of CPU); a lone
-	// caller commits at once.
+	// Under concurrent load, linger so that more calls share the fsync (on
+	// this kind of VM an fsync costs ~100 µs of CPU); a lone caller
+	// commits at once.
 	if linger := st.l.cfg.linger; busy && linger > 0 {
-		time.Sleep(linger)
+		st.linger(linger)
 	}
 	st.cmu.Lock()
 	st.lastBatch, st.arrived = st.arrived, 0
@@ -251,6 +253,31 @@ func (st *store) sync(target uint64) error {
 		}()
 	}
 	return nil
+}
+
+// lingerStep is the step of a commit's linger: it lingers on while each
+// step brings more calls.
+const lingerStep = time.Millisecond
+
+// linger waits for more calls to join the next commit: in steps of
+// lingerStep for as long as each step brings at least one call, at most
+// max in all. A step without a call ends it: the load is too light for
+// waiting longer to pay, and a sparse caller's latency grows by one step
+// at most; under sustained load the commit waits max and more calls share
+// its fsyncs.
+func (st *store) linger(max time.Duration) {
+	for waited := time.Duration(0); waited < max; waited += lingerStep {
+		st.cmu.Lock()
+		before := st.arrived
+		st.cmu.Unlock()
+		st.sleep(min(lingerStep, max-waited))
+		st.cmu.Lock()
+		more := st.arrived > before
+		st.cmu.Unlock()
+		if !more {
+			return
+		}
+	}
 }
 
 // journalChunk is the size at which a journal entry is cut into another
@@ -467,7 +494,7 @@ func Open(path string, opts ...Option) (*Ledger, error) {
 		return nil, fmt.Errorf("allocator: open store %s: %w", path, err)
 	}
 	db.NoSync = l.cfg.noSync
-	st := &store{db: db, l: l, obs: l.cfg.commitObserver, base: 1, durable: 1}
+	st := &store{db: db, l: l, obs: l.cfg.commitObserver, sleep: time.Sleep, base: 1, durable: 1}
 	st.cond = sync.NewCond(&st.cmu)
 	if err := st.recover(); err != nil {
 		db.Close()

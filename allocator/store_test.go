@@ -278,3 +278,37 @@ func reopenSame(t *testing.T, l *Ledger, path string, clk Clock) *Ledger {
 	}
 	return l2
 }
+
+// TestCommitLingerSteps: a commit lingers in steps for as long as each step
+// brings more calls, at most the configured linger; a step without a call
+// ends it.
+func TestCommitLingerSteps(t *testing.T) {
+	for _, tc := range []struct {
+		max      time.Duration
+		arriving int // steps during which calls arrive
+		want     []time.Duration
+	}{
+		{4 * time.Millisecond, 0, []time.Duration{lingerStep}},
+		{4 * time.Millisecond, 1, []time.Duration{lingerStep, lingerStep}},
+		{4 * time.Millisecond, 2, []time.Duration{lingerStep, lingerStep, lingerStep}},
+		{4 * time.Millisecond, 100, []time.Duration{lingerStep, lingerStep, lingerStep, lingerStep}},
+		{300 * time.Microsecond, 100, []time.Duration{300 * time.Microsecond}},
+		{2500 * time.Microsecond, 100, []time.Duration{lingerStep, lingerStep, 500 * time.Microsecond}},
+	} {
+		st := &store{}
+		st.cond = sync.NewCond(&st.cmu)
+		var slept []time.Duration
+		st.sleep = func(d time.Duration) {
+			slept = append(slept, d)
+			if len(slept) <= tc.arriving {
+				st.cmu.Lock()
+				st.arrived += 3
+				st.cmu.Unlock()
+			}
+		}
+		st.linger(tc.max)
+		if fmt.Sprint(slept) != fmt.Sprint(tc.want) {
+			t.Errorf("linger(%v) with calls arriving in the first %d steps slept %v, want %v", tc.max, tc.arriving, slept, tc.want)
+		}
+	}
+}
