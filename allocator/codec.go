@@ -148,9 +148,21 @@ const (
 // decimal writes v >= 0 as mantissa<<4 | exponent (v = mantissa * 10^exponent).
 func (e *enc) decimal(v int64) {
 	var x int
-	for v != 0 && v%10 == 0 && x < 15 {
-		v /= 10
-		x++
+	if v != 0 {
+		// Strip trailing zeros four, then two, then one at a time (limits
+		// are usually round: 1e12 takes 5 steps, not 12), at most 15.
+		for v%10000 == 0 && x <= 11 {
+			v /= 10000
+			x += 4
+		}
+		for v%100 == 0 && x <= 13 {
+			v /= 100
+			x += 2
+		}
+		for v%10 == 0 && x < 15 {
+			v /= 10
+			x++
+		}
 	}
 	e.u(uint64(v)<<4 | uint64(x))
 }

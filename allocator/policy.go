@@ -95,7 +95,12 @@ func ratePer(rate int64, h time.Duration) int64 {
 	if hi >= uint64(time.Minute) {
 		return MaxAmount
 	}
-	q, r := bits.Div64(hi, lo, uint64(time.Minute))
+	var q, r uint64
+	if hi == 0 { // the usual case: a division by a constant, no 128-bit divide
+		q, r = lo/uint64(time.Minute), lo%uint64(time.Minute)
+	} else {
+		q, r = bits.Div64(hi, lo, uint64(time.Minute))
+	}
 	if r != 0 {
 		q++
 	}
