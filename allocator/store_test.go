@@ -280,20 +280,23 @@ func reopenSame(t *testing.T, l *Ledger, path string, clk Clock) *Ledger {
 }
 
 // TestCommitLingerSteps: a commit lingers in steps for as long as each step
-// brings more calls, at most the configured linger; a step without a call
-// ends it.
+// brings more calls, at most the configured linger, and not once
+// lingerCalls calls wait; a step without a call ends it.
 func TestCommitLingerSteps(t *testing.T) {
 	for _, tc := range []struct {
 		max      time.Duration
 		arriving int // steps during which calls arrive
+		perStep  int // calls arriving in each of them (3 if 0)
 		want     []time.Duration
 	}{
-		{4 * time.Millisecond, 0, []time.Duration{lingerStep}},
-		{4 * time.Millisecond, 1, []time.Duration{lingerStep, lingerStep}},
-		{4 * time.Millisecond, 2, []time.Duration{lingerStep, lingerStep, lingerStep}},
-		{4 * time.Millisecond, 100, []time.Duration{lingerStep, lingerStep, lingerStep, lingerStep}},
-		{300 * time.Microsecond, 100, []time.Duration{300 * time.Microsecond}},
-		{2500 * time.Microsecond, 100, []time.Duration{lingerStep, lingerStep, 500 * time.Microsecond}},
+		{4 * time.Millisecond, 100, lingerCalls / 2, []time.Duration{lingerStep, lingerStep}},
+		{4 * time.Millisecond, 100, lingerCalls, []time.Duration{lingerStep}},
+		{4 * time.Millisecond, 0, 0, []time.Duration{lingerStep}},
+		{4 * time.Millisecond, 1, 0, []time.Duration{lingerStep, lingerStep}},
+		{4 * time.Millisecond, 2, 0, []time.Duration{lingerStep, lingerStep, lingerStep}},
+		{4 * time.Millisecond, 100, 0, []time.Duration{lingerStep, lingerStep, lingerStep, lingerStep}},
+		{300 * time.Microsecond, 100, 0, []time.Duration{300 * time.Microsecond}},
+		{2500 * time.Microsecond, 100, 0, []time.Duration{lingerStep, lingerStep, 500 * time.Microsecond}},
 	} {
 		st := &store{}
 		st.cond = sync.NewCond(&st.cmu)
@@ -302,13 +305,13 @@ func TestCommitLingerSteps(t *testing.T) {
 			slept = append(slept, d)
 			if len(slept) <= tc.arriving {
 				st.cmu.Lock()
-				st.arrived += 3
+				st.arrived += max(tc.perStep, 3)
 				st.cmu.Unlock()
 			}
 		}
 		st.linger(tc.max)
 		if fmt.Sprint(slept) != fmt.Sprint(tc.want) {
-			t.Errorf("linger(%v) with calls arriving in the first %d steps slept %v, want %v", tc.max, tc.arriving, slept, tc.want)
+			t.Errorf("linger(%v) with calls arriving in the first %d steps (%d each) slept %v, want %v", tc.max, tc.arriving, tc.perStep, slept, tc.want)
 		}
 	}
 }
