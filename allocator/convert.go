@@ -62,7 +62,9 @@ func acquireKeysOf(pool *sync.Pool, req *leasev1.AcquireRequest) *[]AcquireKey {
 }
 
 func putAcquireKeys(pool *sync.Pool, p *[]AcquireKey) {
-	clear(*p) // drop the key strings
+	for i := range *p {
+		(*p)[i].Key = "" // drop the request's strings; the rest is overwritten
+	}
 	pool.Put(p)
 }
 

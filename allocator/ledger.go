@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -101,6 +102,7 @@ func (l *Ledger) acquire(ctx context.Context, c Caller, keys []AcquireKey, out *
 		}
 		return l.syncTo(end)
 	}
+	c.SpenderID = s.id // the session's copy: new holdings share it
 	// The session's stored reply is rewritten in place: once this call is
 	// applied, a retry of the previous one is stale, and callers get copies.
 	reply := s.acquireReply
@@ -156,6 +158,7 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 		}
 		return stored.(*ReserveReply), l.syncTo(end)
 	}
+	c.SpenderID = s.id // the session's copy: new holdings share it
 	for i := range keys {
 		l.reserveKey(&keys[i], c, now, &reply.Keys[i])
 	}
@@ -187,6 +190,7 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 		}
 		return stored.(*ReleaseReply), l.syncTo(end)
 	}
+	c.SpenderID = s.id
 	reply := &ReleaseReply{Returned: make([]Amount, len(keys))}
 	for i := range keys {
 		l.releaseKey(&keys[i], c, now, &reply.Returned[i])
@@ -222,11 +226,11 @@ func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, 
 		return stored, s, 0, nil
 	}
 	if s == nil {
-		s = &session{}
-		l.sessions[c.SpenderID] = s
+		s = &session{id: strings.Clone(c.SpenderID)} // not the request's memory
+		l.sessions[s.id] = s
 	}
 	if c.Epoch > s.epoch {
-		*s = session{epoch: c.Epoch, acquireReply: s.acquireReply, keys: s.keys} // buffers kept
+		*s = session{id: s.id, epoch: c.Epoch, acquireReply: s.acquireReply, keys: s.keys} // buffers kept
 	}
 	return nil, s, l.now(), nil
 }

@@ -14,6 +14,7 @@ const (
 // session is a spender's exactly-once record: its latest epoch, the latest
 // sequence applied in it, that call's digest and its stored reply.
 type session struct {
+	id       string // the spender id, shared by the spender's holdings (one copy, compared by pointer first)
 	epoch    uint64
 	seq      uint64 // 0: no call applied in this epoch yet
 	digest   digest

@@ -571,7 +571,8 @@ func (st *store) recover() error {
 				lost++
 				return nil
 			}
-			l.sessions[string(k)] = s
+			s.id = string(k)
+			l.sessions[s.id] = s
 			return nil
 		})
 	})
