@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Interleaved rounds of BenchmarkLoopback: each round runs the echo handler,
+# then the allocator (one test binary per code version given), on the same
+# row, so that every allocator run has an echo run beside it in time. On a
+# shared VM whose speed drifts by several percent from minute to minute,
+# per-round ratios are steadier than ratios of -count runs taken one side
+# after the other.
+#
+# usage: allocator/testdata/loopback-rounds.sh ROUNDS ROW CALLS [REV ...]
+#   ROW   a BenchmarkLoopback sub-benchmark row: connect/keys=64, grpc/keys=1, ...
+#   CALLS calls per run (-benchtime CALLSx)
+#   REV   git revisions to compare (default: the working tree only); each is
+#         built into its own test binary from a temporary worktree.
+# Prints one line per run (round, version, echo calls/s, allocator calls/s,
+# ratio, allocator cpu-µs per call, calls per commit) and the median ratio
+# per version.
+set -euo pipefail
+rounds=${1:?rounds}; row=${2:?row}; calls=${3:?calls}; shift 3
+root=$(git rev-parse --show-toplevel)
+tmp=$(mktemp -d)
+trap 'for w in "$tmp"/wt-*; do [ -d "$w" ] && git -C "$root" worktree remove --force "$w"; done; rm -rf "$tmp"' EXIT
+versions=()
+if [ $# -eq 0 ]; then
+  (cd "$root" && go test -c -o "$tmp/worktree.test" ./allocator/)
+  versions=(worktree)
+else
+  for rev in "$@"; do
+    git -C "$root" worktree add --detach -q "$tmp/wt-$rev" "$rev"
+    (cd "$tmp/wt-$rev" && go test -c -o "$tmp/$rev.test" ./allocator/)
+    versions+=("$rev")
+  done
+fi
+metric() { awk -v m="$1" '{for (i = 1; i < NF; i++) if ($(i+1) == m) print $i}'; }
+out="$tmp/runs"
+for r in $(seq "$rounds"); do
+  for v in "${versions[@]}"; do
+    e=$("$tmp/$v.test" -test.run '^$' -test.bench "^BenchmarkLoopback$/^${row%%/*}$/^${row#*/}$/^echo$" -test.benchtime "${calls}x" | grep '^Benchmark')
+    a=$("$tmp/$v.test" -test.run '^$' -test.bench "^BenchmarkLoopback$/^${row%%/*}$/^${row#*/}$/^allocator$" -test.benchtime "${calls}x" | grep '^Benchmark')
+    ec=$(metric calls/s <<<"$e"); ac=$(metric calls/s <<<"$a")
+    printf '%s %s echo %s allocator %s ratio %.3f cpu-us %s calls/commit %s\n' "$r" "$v" "$ec" "$ac" \
+      "$(awk -v a="$ac" -v e="$ec" 'BEGIN{print a/e}')" "$(metric cpu-µs/call <<<"$a")" "$(metric calls/commit <<<"$a")" | tee -a "$out"
+  done
+done
+for v in "${versions[@]}"; do
+  awk -v v="$v" '$2 == v {print $8}' "$out" | sort -n | awk -v v="$v" '{x[NR] = $1} END {m = (NR % 2) ? x[(NR+1)/2] : (x[NR/2] + x[NR/2+1]) / 2; printf "%s: median ratio %.3f over %d rounds (min %.3f, max %.3f)\n", v, m, NR, x[1], x[NR]}'
+done
