@@ -319,7 +319,11 @@ func decodeKey(b []byte) (*keyState, error) {
 		*x.d = dim{on: true, b: b}
 	}
 	n := d.count(maxHoldsPerKey)
-	k.holds = make([]holding, 0, n)
+	if n <= len(k.hold0) {
+		k.holds = k.hold0[:0:len(k.hold0)]
+	} else {
+		k.holds = make([]holding, 0, n)
+	}
 	for i := 0; i < n && d.err == nil; i++ {
 		h := holding{spender: d.str(MaxSpenderIDLen), epoch: d.u(), lastSeq: d.u(), held: d.amount(), rate: d.amount(), expiry: bucket.Instant(d.i()) + base}
 		if h.spender == "" || h.epoch == 0 {

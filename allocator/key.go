@@ -36,6 +36,13 @@ type keyState struct {
 
 	name string // the key, as in Ledger.keys
 	gone bool   // removed from Ledger.keys: a session's cached pointer is stale
+
+	// hold0 is the backing array of holds while the key has at most one
+	// holding (a key held by one gateway): one allocation per key instead
+	// of two, and a key's holding in the cache lines after its state
+	// rather than behind a pointer. A second holding moves holds to the
+	// heap. A keyState must not be copied (holds may point into it).
+	hold0 [1]holding
 }
 
 // setLimits makes the buckets follow l: a dimension that becomes limited
@@ -263,6 +270,9 @@ func (k *keyState) find(spender string, epoch uint64) int {
 func (k *keyState) holdingFor(spender string, epoch uint64, now bucket.Instant) int {
 	if i := k.find(spender, epoch); i >= 0 {
 		return i
+	}
+	if k.holds == nil {
+		k.holds = k.hold0[:0:1]
 	}
 	k.holds = append(k.holds, holding{spender: spender, epoch: epoch, expiry: now})
 	return len(k.holds) - 1

@@ -261,7 +261,7 @@ func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant, hint *keySt
 		l.keys[name] = ks
 	}
 	ks.setLimits(lim, now)
-	l.markKey(name, ks)
+	l.markKey(ks.name, ks) // the key's own string: the log does not keep the request's alive
 	return ks
 }
 
