@@ -566,3 +566,30 @@ func TestCheckDuplicatesMatchesMap(t *testing.T) {
 		}
 	})
 }
+
+// TestFirstHoldingInline: a key's first holding lives in the key's state;
+// a second one moves the holdings to the heap with their values, and
+// expiring and adding holdings keeps them exact either way.
+func TestFirstHoldingInline(t *testing.T) {
+	k := &keyState{}
+	i := k.holdingFor("a", 1, 100)
+	k.holds[i].held, k.holds[i].expiry = Amount{1, 10}, 500
+	if &k.holds[0] != &k.hold0[0] {
+		t.Fatal("the first holding is not inline")
+	}
+	j := k.holdingFor("b", 2, 200)
+	k.holds[j].held, k.holds[j].expiry = Amount{2, 20}, 900
+	if &k.holds[0] == &k.hold0[0] || len(k.holds) != 2 {
+		t.Fatal("a second holding did not move the holdings off the inline slot")
+	}
+	if h := k.holds[k.find("a", 1)]; h.held != (Amount{1, 10}) || h.expiry != 500 {
+		t.Fatalf("a's holding after the move: %+v", h)
+	}
+	k.expire(600)
+	if len(k.holds) != 1 || k.holds[0].spender != "b" || k.holds[0].held != (Amount{2, 20}) {
+		t.Fatalf("after a's expiry: %+v", k.holds)
+	}
+	if i := k.holdingFor("c", 1, 600); k.holds[i].spender != "c" || k.find("b", 2) < 0 {
+		t.Fatalf("adding c after the expiry: %+v", k.holds)
+	}
+}
