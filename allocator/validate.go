@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -105,6 +106,11 @@ func dimLimit(rate, burst int64) (bucket.Limit, bool) {
 // dupTables holds the hash tables of checkDuplicates.
 var dupTables = sync.Pool{New: func() any { return new([2 * MaxBatch]uint16) }}
 
+// dupSeed seeds checkDuplicates' hash, per process, so that no caller can
+// precompute keys that collide in its table (a batch of them would make
+// the scan quadratic).
+var dupSeed = maphash.MakeSeed()
+
 // checkDuplicates finds a key listed twice in one batch without
 // allocating: small batches by a quadratic scan, larger ones with an
 // open-addressing table of key indexes (+1; 0 = empty) at most half full,
@@ -132,7 +138,7 @@ func checkDuplicates(n int, key func(int) string) error {
 	mask := uint64(size - 1)
 	for i := range n {
 		k := key(i)
-		for s := uint64(digestSeed.str(k)) & mask; ; s = (s + 1) & mask {
+		for s := maphash.String(dupSeed, k) & mask; ; s = (s + 1) & mask {
 			j := int(t[s]) - 1
 			if j < 0 {
 				t[s] = uint16(i + 1)
