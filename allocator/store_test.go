@@ -263,6 +263,44 @@ func TestStoreCheckpointKeepsState(t *testing.T) {
 	}
 }
 
+// TestStoreCheckpointsDuringConcurrentCalls forces checkpoints while many
+// spenders call (a checkpoint and the group commits queue on bbolt's
+// writer): the state after reopening must be the state at close.
+func TestStoreCheckpointsDuringConcurrentCalls(t *testing.T) {
+	clk := newFakeClock()
+	path := tempDB(t)
+	l := openLedger(t, path, clk)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			id := fmt.Sprintf("s%d", g)
+			for i := uint64(1); i <= 60; i++ {
+				keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(6000), Want: Amount{1, 10}, Held: Amount{0, 5}}}
+				if _, err := l.Acquire(ctx, caller(id, 1, i), keys); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for checkpoints := 0; ; checkpoints++ {
+		select {
+		case <-done:
+			if checkpoints == 0 {
+				t.Fatal("no checkpoint ran during the calls")
+			}
+			reopenSame(t, l, path, clk).Close()
+			return
+		default:
+			if err := l.st.checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // reopenSame closes l, opens its store again and fails the test unless the
 // reopened ledger's state is exactly l's.
 func reopenSame(t *testing.T, l *Ledger, path string, clk Clock) *Ledger {
