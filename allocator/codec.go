@@ -148,21 +148,9 @@ const (
 // decimal writes v >= 0 as mantissa<<4 | exponent (v = mantissa * 10^exponent).
 func (e *enc) decimal(v int64) {
 	var x int
-	if v != 0 {
-		// Strip trailing zeros four, then two, then one at a time (limits
-		// are usually round: 1e12 takes 5 steps, not 12), at most 15.
-		for v%10000 == 0 && x <= 11 {
-			v /= 10000
-			x += 4
-		}
-		for v%100 == 0 && x <= 13 {
-			v /= 100
-			x += 2
-		}
-		for v%10 == 0 && x < 15 {
-			v /= 10
-			x++
-		}
+	for v != 0 && v%10 == 0 && x < 15 {
+		v /= 10
+		x++
 	}
 	e.u(uint64(v)<<4 | uint64(x))
 }
@@ -195,6 +183,17 @@ func closerToFull(b *bucket.Bucket, level int64) bool {
 }
 
 const maxHoldsPerKey = 1 << 20
+
+// dimState writes a bucket's level (as the distance to full if fromFull)
+// and its refill instant relative to base.
+func (e *enc) dimState(b *bucket.Bucket, st bucket.State, fromFull bool, base bucket.Instant) {
+	if fromFull {
+		e.u(uint64(fullUnits(b) - st.Level))
+	} else {
+		e.i(st.Level)
+	}
+	e.i(int64(st.Last - base))
+}
 
 func encodeKey(e *enc, k *keyState) {
 	e.byte(recordVersion)
@@ -229,20 +228,10 @@ func encodeKey(e *enc, k *keyState) {
 	}
 	e.i(int64(base))
 	if k.req.on {
-		if flags&flagReqFull != 0 {
-			e.u(uint64(fullUnits(&k.req.b) - rs.Level))
-		} else {
-			e.i(rs.Level)
-		}
-		e.i(int64(rs.Last - base))
+		e.dimState(&k.req.b, rs, flags&flagReqFull != 0, base)
 	}
 	if k.tok.on {
-		if flags&flagTokFull != 0 {
-			e.u(uint64(fullUnits(&k.tok.b) - ts.Level))
-		} else {
-			e.i(ts.Level)
-		}
-		e.i(int64(ts.Last - base))
+		e.dimState(&k.tok.b, ts, flags&flagTokFull != 0, base)
 	}
 	e.u(uint64(len(k.holds)))
 	for i := range k.holds {
@@ -319,9 +308,8 @@ func decodeKey(b []byte) (*keyState, error) {
 		*x.d = dim{on: true, b: b}
 	}
 	n := d.count(maxHoldsPerKey)
-	if n <= len(k.hold0) {
-		k.holds = k.hold0[:0:len(k.hold0)]
-	} else {
+	k.holds = k.hold0[:0:len(k.hold0)]
+	if n > len(k.hold0) {
 		k.holds = make([]holding, 0, n)
 	}
 	for i := 0; i < n && d.err == nil; i++ {

@@ -1,14 +1,11 @@
 package allocator
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
 	"reflect"
 	"testing"
 
 	"github.com/rationhq/ration/bucket"
-	"pgregory.net/rapid"
 )
 
 // Version 2 key records are exact for any limits and levels: decimal
@@ -77,37 +74,4 @@ func TestDecimal(t *testing.T) {
 			t.Errorf("decimal %s: got %d, want an error", fmt.Sprintf("%#x", u), got)
 		}
 	}
-}
-
-// TestDecimalBytesAreStable: the encoding is stored, so it must stay what
-// stripping one trailing zero at a time (at most 15) gives, for every
-// value, however enc.decimal computes it.
-func TestDecimalBytesAreStable(t *testing.T) {
-	ref := func(v int64) []byte {
-		var x int
-		for v != 0 && v%10 == 0 && x < 15 {
-			v /= 10
-			x++
-		}
-		return binary.AppendUvarint(nil, uint64(v)<<4|uint64(x))
-	}
-	check := func(v int64) {
-		var e enc
-		e.decimal(v)
-		if want := ref(v); !bytes.Equal(e.b, want) {
-			t.Fatalf("decimal %d: %x, want %x", v, e.b, want)
-		}
-	}
-	for m := int64(1); m <= 99; m++ {
-		for p := int64(1); p <= 1e17; p *= 10 {
-			check(m * p)
-		}
-	}
-	rapid.Check(t, func(rt *rapid.T) {
-		check(rapid.Int64Range(0, 1<<62).Draw(rt, "v"))
-		mant := rapid.Int64Range(0, 999).Draw(rt, "mantissa")
-		for p := int64(1); p <= 1e15; p *= 10 {
-			check(mant * p)
-		}
-	})
 }

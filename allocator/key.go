@@ -272,7 +272,7 @@ func (k *keyState) holdingFor(spender string, epoch uint64, now bucket.Instant) 
 		return i
 	}
 	if k.holds == nil {
-		k.holds = k.hold0[:0:1]
+		k.holds = k.hold0[:0:len(k.hold0)]
 	}
 	k.holds = append(k.holds, holding{spender: spender, epoch: epoch, expiry: now})
 	return len(k.holds) - 1

@@ -82,7 +82,7 @@ func (l *Ledger) acquire(ctx context.Context, c Caller, keys []AcquireKey, out *
 	// must not stall every other call.
 	out.Keys = slices.Grow(out.Keys[:0], len(keys))[:len(keys)]
 	l.mu.Lock()
-	stored, s, now, err := l.begin(c, kindAcquire, d)
+	stored, s, now, err := l.begin(&c, kindAcquire, d)
 	if err != nil || stored != nil {
 		if stored != nil {
 			r := stored.(*AcquireReply)
@@ -102,7 +102,6 @@ func (l *Ledger) acquire(ctx context.Context, c Caller, keys []AcquireKey, out *
 		}
 		return l.syncTo(end)
 	}
-	c.SpenderID = s.id // the session's copy: new holdings share it
 	// The session's stored reply is rewritten in place: once this call is
 	// applied, a retry of the previous one is stale, and callers get copies.
 	reply := s.acquireReply
@@ -142,7 +141,7 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 	d := digestReserve(keys)
 	reply := &ReserveReply{Keys: make([]ReserveResult, len(keys)), LeaseTTL: l.cfg.ttl} // before the mutex, as in Acquire
 	l.mu.Lock()
-	stored, s, now, err := l.begin(c, kindReserve, d)
+	stored, s, now, err := l.begin(&c, kindReserve, d)
 	if err != nil || stored != nil {
 		if stored != nil && s.noSnapshots {
 			r := stored.(*ReserveReply)
@@ -158,7 +157,6 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 		}
 		return stored.(*ReserveReply), l.syncTo(end)
 	}
-	c.SpenderID = s.id // the session's copy: new holdings share it
 	for i := range keys {
 		l.reserveKey(&keys[i], c, now, &reply.Keys[i])
 	}
@@ -181,7 +179,7 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 	}
 	d := digestRelease(keys)
 	l.mu.Lock()
-	stored, s, now, err := l.begin(c, kindRelease, d)
+	stored, s, now, err := l.begin(&c, kindRelease, d)
 	if err != nil || stored != nil {
 		end := l.logEnd()
 		l.mu.Unlock()
@@ -190,7 +188,6 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 		}
 		return stored.(*ReleaseReply), l.syncTo(end)
 	}
-	c.SpenderID = s.id
 	reply := &ReleaseReply{Returned: make([]Amount, len(keys))}
 	for i := range keys {
 		l.releaseKey(&keys[i], c, now, &reply.Returned[i])
@@ -212,13 +209,15 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 }
 
 // begin runs the exactly-once check with l.mu held. It returns the stored
-// reply of a retry (with its session), or the session to apply the call in.
-func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, now bucket.Instant, err error) {
+// reply of a retry (with its session), or the session to apply the call in;
+// then c.SpenderID is the session's copy of the id, which the call's new
+// holdings share (not the request's memory).
+func (l *Ledger) begin(c *Caller, k callKind, d digest) (stored any, s *session, now bucket.Instant, err error) {
 	if l.closed {
 		return nil, nil, 0, ErrClosed
 	}
 	s = l.sessions[c.SpenderID]
-	stored, err = s.check(c, k, d)
+	stored, err = s.check(*c, k, d)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("allocator: spender %q epoch %d sequence %d: %w", c.SpenderID, c.Epoch, c.Sequence, err)
 	}
@@ -232,6 +231,7 @@ func (l *Ledger) begin(c Caller, k callKind, d digest) (stored any, s *session, 
 	if c.Epoch > s.epoch {
 		*s = session{id: s.id, epoch: c.Epoch, acquireReply: s.acquireReply, keys: s.keys} // buffers kept
 	}
+	c.SpenderID = s.id
 	return nil, s, l.now(), nil
 }
 
