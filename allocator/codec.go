@@ -44,8 +44,18 @@ func (e *enc) str(s string) {
 	e.u(uint64(len(s)))
 	e.b = append(e.b, s...)
 }
-func (e *enc) amount(a Amount)     { e.i(a.Requests); e.i(a.Tokens) }
+func (e *enc) amount(a Amount)     { e.b = appendAmount(e.b, a) }
 func (e *enc) dur(d time.Duration) { e.i(int64(d)) }
+
+// The enc methods are small enough to inline, so that an enc that is a
+// local variable (as in appendKey and appendSession) is written on the
+// stack: storing the buffer's pointer into an enc on the heap would pass
+// the GC's write barrier whenever a collection is marking. What is too big
+// to inline is a function from buffer to buffer instead.
+
+func appendAmount(b []byte, a Amount) []byte {
+	return binary.AppendVarint(binary.AppendVarint(b, a.Requests), a.Tokens)
+}
 
 type dec struct {
 	b   []byte
@@ -187,20 +197,26 @@ const maxHoldsPerKey = 1 << 20
 // dimState writes a bucket's level (as the distance to full if fromFull)
 // and its refill instant relative to base.
 func (e *enc) dimState(b *bucket.Bucket, st bucket.State, fromFull bool, base bucket.Instant) {
-	if fromFull {
-		e.u(uint64(fullUnits(b) - st.Level))
-	} else {
-		e.i(st.Level)
-	}
-	e.i(int64(st.Last - base))
+	e.b = appendDimState(e.b, b, st, fromFull, base)
 }
 
-func encodeKey(e *enc, k *keyState) {
+func appendDimState(e []byte, b *bucket.Bucket, st bucket.State, fromFull bool, base bucket.Instant) []byte {
+	if fromFull {
+		e = binary.AppendUvarint(e, uint64(fullUnits(b)-st.Level))
+	} else {
+		e = binary.AppendVarint(e, st.Level)
+	}
+	return binary.AppendVarint(e, int64(st.Last-base))
+}
+
+// appendKey appends k's record to b (through a local enc: see appendAmount).
+func appendKey(b []byte, k *keyState) []byte {
+	e := enc{b: b}
 	e.byte(recordVersion)
 	if k.fresh {
 		e.byte(flagFresh)
 		e.i(int64(k.emptyFrom))
-		return
+		return e.b
 	}
 	var flags byte
 	var rs, ts bucket.State
@@ -243,6 +259,7 @@ func encodeKey(e *enc, k *keyState) {
 		e.amount(h.rate)
 		e.i(int64(h.expiry - base))
 	}
+	return e.b
 }
 
 func decodeKey(b []byte) (*keyState, error) {
@@ -325,7 +342,9 @@ func decodeKey(b []byte) (*keyState, error) {
 	return k, nil
 }
 
-func encodeSession(e *enc, s *session) {
+// appendSession appends s's record to b (through a local enc: see appendAmount).
+func appendSession(b []byte, s *session) []byte {
+	e := enc{b: b}
 	e.byte(recordVersion)
 	e.u(s.epoch)
 	e.u(s.seq)
@@ -366,6 +385,7 @@ func encodeSession(e *enc, s *session) {
 			e.amount(a)
 		}
 	}
+	return e.b
 }
 
 // decodeSnapshot reads a version 1 record's snapshot; version 2 has none

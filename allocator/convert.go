@@ -153,6 +153,21 @@ type grantMsgs struct {
 	dims    [2]leasev1.DimSnapshot
 }
 
+// link points the block's messages at each other. A pooled block already
+// does, and then link stores nothing: a pointer stored into the heap passes
+// the GC's write barrier while a collection is marking, and a 64-key reply
+// has 448 of them.
+func (m *grantMsgs) link() {
+	g := &m.grant
+	if g.Granted == &m.amounts[0] && g.Returned == &m.amounts[1] && g.Held == &m.amounts[2] &&
+		g.Snapshot == &m.snap && m.snap.Requests == &m.dims[0] && m.snap.Tokens == &m.dims[1] {
+		return
+	}
+	g.Granted, g.Returned, g.Held = &m.amounts[0], &m.amounts[1], &m.amounts[2]
+	m.snap.Requests, m.snap.Tokens = &m.dims[0], &m.dims[1]
+	g.Snapshot = &m.snap
+}
+
 // acquireResponseOf returns r as a proto reply. With a holder (the call
 // came through Mount), the messages come from a pool and the holder returns
 // them once the reply is written; otherwise they are allocated.
@@ -179,15 +194,15 @@ func acquireResponseOf(r *AcquireReply, hd *replyHolder) *leasev1.AcquireRespons
 		m.amounts[0].Requests, m.amounts[0].Tokens = x.Granted.Requests, x.Granted.Tokens
 		m.amounts[1].Requests, m.amounts[1].Tokens = x.Returned.Requests, x.Returned.Tokens
 		m.amounts[2].Requests, m.amounts[2].Tokens = x.Held.Requests, x.Held.Tokens
-		g.Granted, g.Returned, g.Held = &m.amounts[0], &m.amounts[1], &m.amounts[2]
 		g.RetryAfterUs = us(x.RetryAfter)
 		s := &x.Snapshot
 		m.dims[0].Limit, m.dims[0].Remaining, m.dims[0].ResetUs = s.Requests.Limit, s.Requests.Remaining, us(s.Requests.Reset)
 		m.dims[1].Limit, m.dims[1].Remaining, m.dims[1].ResetUs = s.Tokens.Limit, s.Tokens.Remaining, us(s.Tokens.Reset)
-		m.snap.Requests, m.snap.Tokens = &m.dims[0], &m.dims[1]
-		g.Snapshot = &m.snap
 		g.ActiveSpenders = uint32(x.ActiveSpenders)
-		ptrs[i] = g
+		m.link()
+		if ptrs[i] != g {
+			ptrs[i] = g
+		}
 	}
 	b.resp.Keys, b.resp.LeaseTtlUs = ptrs, us(r.LeaseTTL)
 	return &b.resp

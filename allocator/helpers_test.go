@@ -64,11 +64,11 @@ func dump(l *Ledger) string {
 	var e enc
 	for _, name := range sortedKeys(l.keys) {
 		e.str(name)
-		encodeKey(&e, l.keys[name])
+		e.b = appendKey(e.b, l.keys[name])
 	}
 	for _, id := range sortedKeys(l.sessions) {
 		e.str(id)
-		encodeSession(&e, l.sessions[id])
+		e.b = appendSession(e.b, l.sessions[id])
 	}
 	return string(e.b)
 }

@@ -200,12 +200,16 @@ func (k *keyState) expire(now bucket.Instant) {
 	j := 0
 	for i := range k.holds {
 		if k.holds[i].expiry > now {
-			k.holds[j] = k.holds[i]
+			if i != j { // a holding holds a string: a copy passes the GC's write barrier
+				k.holds[j] = k.holds[i]
+			}
 			j++
 		}
 	}
-	clear(k.holds[j:])
-	k.holds = k.holds[:j]
+	if j < len(k.holds) {
+		clear(k.holds[j:])
+		k.holds = k.holds[:j]
+	}
 }
 
 // enforceCap keeps level + held <= capK in each dimension by burning the

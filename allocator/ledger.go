@@ -119,7 +119,9 @@ func (l *Ledger) acquire(ctx context.Context, c Caller, keys []AcquireKey, out *
 	hints := s.keys[:len(keys)]
 	for i := range keys {
 		reply.Keys[i] = AcquireResult{}
-		hints[i] = l.acquireKey(&keys[i], c, now, &reply.Keys[i], hints[i])
+		if ks := l.acquireKey(&keys[i], c, now, &reply.Keys[i], hints[i]); ks != hints[i] {
+			hints[i] = ks // stored only when it changes: a pointer store passes the GC's write barrier
+		}
 	}
 	s.keys = hints
 	l.finish(s, c, kindAcquire, d, reply, now)

@@ -306,10 +306,9 @@ func (st *store) encode(from, end uint64) [][]byte {
 		return nil
 	}
 	e := enc{b: st.buffer()}
-	var val enc
+	var val []byte
 	for pos := from; pos < end; pos++ {
 		id := &st.log[pos-st.base]
-		val.b = val.b[:0]
 		var op byte
 		// A record deleted at pos and recreated later gets its delete
 		// here and its put at the later position, in this same entry.
@@ -322,7 +321,7 @@ func (st *store) encode(from, end uint64) [][]byte {
 				continue // changed again later; written then
 			default:
 				op = opSessionPut
-				encodeSession(&val, s)
+				val = appendSession(val[:0], s)
 			}
 		} else {
 			k := id.ks
@@ -333,14 +332,14 @@ func (st *store) encode(from, end uint64) [][]byte {
 				continue
 			default:
 				op = opKeyPut
-				encodeKey(&val, k)
+				val = appendKey(val[:0], k)
 			}
 		}
 		e.byte(op)
 		e.str(id.name)
 		if op == opKeyPut || op == opSessionPut {
-			e.u(uint64(len(val.b)))
-			e.b = append(e.b, val.b...)
+			e.u(uint64(len(val)))
+			e.b = append(e.b, val...)
 		}
 		if len(e.b) >= journalChunk {
 			st.used[len(st.used)-1] = e.b
