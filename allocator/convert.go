@@ -52,11 +52,13 @@ func acquireKeysOf(pool *sync.Pool, req *leasev1.AcquireRequest) *[]AcquireKey {
 	*p = (*p)[:len(in)]
 	out := *p
 	for i, k := range in {
-		out[i] = AcquireKey{
-			Key: k.GetKey(), Limits: limitsOf(k.GetLimits()),
-			Want: amountOf(k.GetWant()), Need: amountOf(k.GetNeed()), SpendRate: amountOf(k.GetSpendRate()),
-			Returned: amountOf(k.GetReturned()), Held: amountOf(k.GetHeld()), Debt: amountOf(k.GetDebt()),
-		}
+		// Field by field: a whole-struct store (it holds a string) is a
+		// typed copy that runs the GC's bulk write barrier while marking.
+		o := &out[i]
+		o.Key = k.GetKey()
+		o.Limits = limitsOf(k.GetLimits())
+		o.Want, o.Need, o.SpendRate = amountOf(k.GetWant()), amountOf(k.GetNeed()), amountOf(k.GetSpendRate())
+		o.Returned, o.Held, o.Debt = amountOf(k.GetReturned()), amountOf(k.GetHeld()), amountOf(k.GetDebt())
 	}
 	return p
 }

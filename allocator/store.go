@@ -123,8 +123,17 @@ func (l *Ledger) markSession(id string, s *session) {
 }
 
 func (st *store) mark(id logEntry) uint64 {
-	pos := st.base + uint64(len(st.log))
-	st.log = append(st.log, id)
+	n := len(st.log)
+	pos := st.base + uint64(n)
+	if n == cap(st.log) {
+		st.log = append(st.log, id)
+		return pos
+	}
+	// Field by field: a whole-entry store is a typed copy that runs the
+	// GC's bulk write barrier while a collection is marking.
+	st.log = st.log[:n+1]
+	e := &st.log[n]
+	e.session, e.name, e.ks, e.s = id.session, id.name, id.ks, id.s
 	return pos
 }
 
