@@ -201,17 +201,16 @@ func serveLoopback(b *testing.B, h leasev1connect.LeaseServiceHandler) string {
 // cores.
 const loopbackCallers = 256
 
-// loopbackProcs says with how many Ps the allocator runs in BenchmarkLoopback.
-// "production" (the default): the echo handler at the benchmark's -cpu
-// value (its best: on 2 cores echo is slower at 3), the allocator at what
-// cmd/allocator uses by default, allocator.ServerProcs(-cpu value), i.e.
-// each served as it would be in production. "same": both at the -cpu
-// value.
 // benchLinger is the durable services' commit linger (cmd/allocator's
 // -commit-linger; its default is 4 ms).
 var benchLinger = flag.Duration("bench.linger", 4*time.Millisecond, "commit linger of the durable benchmark services")
 
-var loopbackProcs = flag.String("loopback.procs", "production", `"production" (allocator at allocator.ServerProcs(-cpu)) or "same" (allocator at -cpu, like echo)`)
+// loopbackExtraProcs is how many Ps the allocator runs with beyond the
+// -cpu value in BenchmarkLoopback. 0 (the default) is production:
+// cmd/allocator leaves GOMAXPROCS to the runtime, and echo runs at -cpu
+// too; 1 is the cores + 1 that cmd/allocator used to set (docs/results.md,
+// "## Allocator", rounds 3 and 5).
+var loopbackExtraProcs = flag.Int("loopback.extraprocs", 0, "Ps the allocator runs with beyond -cpu (0: as cmd/allocator)")
 
 // loopbackConns is the number of client connections the callers share.
 const loopbackConns = 8
@@ -226,14 +225,13 @@ func BenchmarkLoopback(b *testing.B) {
 					var h leasev1connect.LeaseServiceHandler = newEchoService(b, n)
 					if handler == "allocator" {
 						h = newBenchService(b, true)
-						switch *loopbackProcs {
-						case "production":
+						if *loopbackExtraProcs < 0 {
+							b.Fatalf("-loopback.extraprocs %d: want 0 or more", *loopbackExtraProcs)
+						}
+						if *loopbackExtraProcs > 0 {
 							prev := runtime.GOMAXPROCS(0)
-							runtime.GOMAXPROCS(allocator.ServerProcs(prev))
+							runtime.GOMAXPROCS(prev + *loopbackExtraProcs)
 							defer runtime.GOMAXPROCS(prev)
-						case "same":
-						default:
-							b.Fatalf("-loopback.procs %q: want production or same", *loopbackProcs)
 						}
 					}
 					base := serveLoopback(b, h)

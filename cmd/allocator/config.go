@@ -52,7 +52,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long to drain in-flight calls")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", true, "log JSON lines (false: text)")
-	fs.IntVar(&c.gomaxprocs, "gomaxprocs", 0, "Go scheduler Ps (GOMAXPROCS); 0 = the runtime's default plus one (a P waiting in fsync would leave a core idle), unless the GOMAXPROCS environment variable is set")
+	fs.IntVar(&c.gomaxprocs, "gomaxprocs", 0, "Go scheduler Ps (GOMAXPROCS); 0 = the runtime's default (the GOMAXPROCS environment variable, else the usable cores or the container's CPU limit)")
 
 	// Environment first, so that flags override it.
 	if err := envflag.Parse(fs, "RATION_", getenv, args); err != nil {

@@ -35,11 +35,10 @@ func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	return serve(ctx, cfg, ln, log)
 }
 
-// setProcs applies -gomaxprocs: an explicit value wins, then the
-// GOMAXPROCS environment variable (left to the runtime), else the
-// runtime's default plus one (allocator.ServerProcs: a P that waits in a
-// commit's fsync would otherwise leave a core idle). It returns the
-// setting and where it came from.
+// setProcs applies -gomaxprocs: an explicit value wins; otherwise the
+// runtime's own choice stands (the GOMAXPROCS environment variable, else
+// the usable cores or the container's CPU limit, which the runtime keeps
+// following). It returns the setting and where it came from.
 func setProcs(cfg config) (int, string) {
 	switch {
 	case cfg.gomaxprocs > 0:
@@ -48,9 +47,7 @@ func setProcs(cfg config) (int, string) {
 	case cfg.envGOMAXPROCS:
 		return runtime.GOMAXPROCS(0), "GOMAXPROCS environment variable"
 	default:
-		n := allocator.ServerProcs(runtime.GOMAXPROCS(0))
-		runtime.GOMAXPROCS(n)
-		return n, "default: runtime default + 1"
+		return runtime.GOMAXPROCS(0), "runtime default"
 	}
 }
 

@@ -399,11 +399,10 @@ func TestGOMAXPROCS(t *testing.T) {
 		}
 		return cfg
 	}
-	// Default: one P more than the runtime chose.
-	if n, _ := setProcs(parse(nil)); n != base+1 || runtime.GOMAXPROCS(0) != base+1 {
-		t.Fatalf("default: setProcs %d, GOMAXPROCS %d, want %d", n, runtime.GOMAXPROCS(0), base+1)
+	// Default: the runtime's choice stands.
+	if n, _ := setProcs(parse(nil)); n != base || runtime.GOMAXPROCS(0) != base {
+		t.Fatalf("default: setProcs %d, GOMAXPROCS %d, want %d", n, runtime.GOMAXPROCS(0), base)
 	}
-	runtime.GOMAXPROCS(base)
 	// The GOMAXPROCS environment variable is left to the runtime.
 	if n, _ := setProcs(parse(map[string]string{"GOMAXPROCS": "1"})); n != base || runtime.GOMAXPROCS(0) != base {
 		t.Fatalf("env: setProcs %d, GOMAXPROCS %d, want %d", n, runtime.GOMAXPROCS(0), base)
