@@ -191,14 +191,14 @@ func (st *store) sync(target uint64) error {
 		return nil
 	}
 	st.committing = true
-	busy := st.lastBatch > 1
+	last := st.lastBatch
 	st.cmu.Unlock()
 
 	// Under concurrent load, linger so that more calls share the fsync (on
 	// this kind of VM an fsync costs ~100 µs of CPU); a lone caller
 	// commits at once.
-	if linger := st.l.cfg.linger; busy && linger > 0 {
-		st.linger(linger)
+	if linger := st.l.cfg.linger; last > 1 && linger > 0 {
+		st.linger(linger, last >= sustainedBatch)
 	}
 	st.cmu.Lock()
 	st.lastBatch, st.arrived = st.arrived, 0
@@ -264,8 +264,8 @@ func (st *store) sync(target uint64) error {
 	return nil
 }
 
-// lingerStep is the step of a commit's linger: it lingers on while each
-// step brings more calls.
+// lingerStep is the step of a commit's linger: under light load it
+// lingers on while each step brings more calls.
 const lingerStep = time.Millisecond
 
 // lingerCalls is the batch that ends a linger early: shared by this many
@@ -275,14 +275,16 @@ const lingerStep = time.Millisecond
 // their reply before calling again, idle CPU) for little gain.
 const lingerCalls = 64
 
-// linger waits for more calls to join the next commit: in steps of
-// lingerStep for as long as each step brings at least one call, until
-// lingerCalls calls wait for it, at most max in all. A step without a
-// call ends it: the load is too light for waiting longer to pay, and a
-// sparse caller's latency grows by one step at most; under sustained load
-// the commit waits until its batch is large (or max) and more calls share
-// its fsyncs.
-func (st *store) linger(max time.Duration) {
+// linger waits for more calls to join the next commit, in steps of
+// lingerStep, until lingerCalls calls wait for it, at most max in all.
+// After a light cycle (sustained false) a step without a call also ends
+// it: the load is too light for waiting longer to pay, and a sparse
+// caller's latency grows by one step at most. After a sustained one (the
+// previous cycle brought sustainedBatch calls or more) it does not: under
+// load, calls arrive in bursts (each commit releases its batch at once, and
+// their next calls come back together), so a quiet millisecond says little
+// about the next, and ending there left commits half as full.
+func (st *store) linger(max time.Duration, sustained bool) {
 	for waited := time.Duration(0); waited < max; waited += lingerStep {
 		st.cmu.Lock()
 		before := st.arrived
@@ -294,11 +296,15 @@ func (st *store) linger(max time.Duration) {
 		st.cmu.Lock()
 		more := st.arrived > before
 		st.cmu.Unlock()
-		if !more {
+		if !more && !sustained {
 			return
 		}
 	}
 }
+
+// sustainedBatch is the number of calls in a commit cycle from which the
+// next linger counts the load as sustained (see linger).
+const sustainedBatch = lingerCalls / 4
 
 // journalChunk is the size at which a journal entry is cut into another
 // value: a few pages each, so bbolt writes a commit in a few runs (one

@@ -317,24 +317,30 @@ func reopenSame(t *testing.T, l *Ledger, path string, clk Clock) *Ledger {
 	return l2
 }
 
-// TestCommitLingerSteps: a commit lingers in steps for as long as each step
-// brings more calls, at most the configured linger, and not once
-// lingerCalls calls wait; a step without a call ends it.
+// TestCommitLingerSteps: a commit lingers in steps, at most the configured
+// linger, and not once lingerCalls calls wait; after a light cycle a step
+// without a call ends it, after a sustained one (sustained) it does not.
 func TestCommitLingerSteps(t *testing.T) {
+	s := lingerStep
 	for _, tc := range []struct {
-		max      time.Duration
-		arriving int // steps during which calls arrive
-		perStep  int // calls arriving in each of them (3 if 0)
-		want     []time.Duration
+		max       time.Duration
+		sustained bool
+		arriving  int // steps during which calls arrive
+		perStep   int // calls arriving in each of them (3 if 0)
+		want      []time.Duration
 	}{
-		{4 * time.Millisecond, 100, lingerCalls / 2, []time.Duration{lingerStep, lingerStep}},
-		{4 * time.Millisecond, 100, lingerCalls, []time.Duration{lingerStep}},
-		{4 * time.Millisecond, 0, 0, []time.Duration{lingerStep}},
-		{4 * time.Millisecond, 1, 0, []time.Duration{lingerStep, lingerStep}},
-		{4 * time.Millisecond, 2, 0, []time.Duration{lingerStep, lingerStep, lingerStep}},
-		{4 * time.Millisecond, 100, 0, []time.Duration{lingerStep, lingerStep, lingerStep, lingerStep}},
-		{300 * time.Microsecond, 100, 0, []time.Duration{300 * time.Microsecond}},
-		{2500 * time.Microsecond, 100, 0, []time.Duration{lingerStep, lingerStep, 500 * time.Microsecond}},
+		{4 * time.Millisecond, false, 100, lingerCalls / 2, []time.Duration{s, s}},
+		{4 * time.Millisecond, false, 100, lingerCalls, []time.Duration{s}},
+		{4 * time.Millisecond, false, 0, 0, []time.Duration{s}},
+		{4 * time.Millisecond, false, 1, 0, []time.Duration{s, s}},
+		{4 * time.Millisecond, false, 2, 0, []time.Duration{s, s, s}},
+		{4 * time.Millisecond, false, 100, 0, []time.Duration{s, s, s, s}},
+		{300 * time.Microsecond, false, 100, 0, []time.Duration{300 * time.Microsecond}},
+		{2500 * time.Microsecond, false, 100, 0, []time.Duration{s, s, 500 * time.Microsecond}},
+		{4 * time.Millisecond, true, 0, 0, []time.Duration{s, s, s, s}},
+		{4 * time.Millisecond, true, 1, 0, []time.Duration{s, s, s, s}},
+		{4 * time.Millisecond, true, 100, lingerCalls / 2, []time.Duration{s, s}},
+		{2500 * time.Microsecond, true, 0, 0, []time.Duration{s, s, 500 * time.Microsecond}},
 	} {
 		st := &store{}
 		st.cond = sync.NewCond(&st.cmu)
@@ -347,9 +353,9 @@ func TestCommitLingerSteps(t *testing.T) {
 				st.cmu.Unlock()
 			}
 		}
-		st.linger(tc.max)
+		st.linger(tc.max, tc.sustained)
 		if fmt.Sprint(slept) != fmt.Sprint(tc.want) {
-			t.Errorf("linger(%v) with calls arriving in the first %d steps (%d each) slept %v, want %v", tc.max, tc.arriving, tc.perStep, slept, tc.want)
+			t.Errorf("linger(%v, sustained %v) with calls arriving in the first %d steps (%d each) slept %v, want %v", tc.max, tc.sustained, tc.arriving, tc.perStep, slept, tc.want)
 		}
 	}
 }
