@@ -202,8 +202,8 @@ func serveLoopback(b *testing.B, h leasev1connect.LeaseServiceHandler) string {
 const loopbackCallers = 256
 
 // benchLinger is the durable services' commit linger (cmd/allocator's
-// -commit-linger; its default is 4 ms).
-var benchLinger = flag.Duration("bench.linger", 4*time.Millisecond, "commit linger of the durable benchmark services")
+// -commit-linger; its default is 8 ms).
+var benchLinger = flag.Duration("bench.linger", 8*time.Millisecond, "commit linger of the durable benchmark services")
 
 // loopbackExtraProcs is how many Ps the allocator runs with beyond the
 // -cpu value in BenchmarkLoopback. 0 (the default) is production:

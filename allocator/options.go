@@ -32,7 +32,7 @@ func defaultConfig() config {
 		policy:    ShareByRate{},
 		logger:    slog.New(slog.DiscardHandler),
 		retention: time.Hour,
-		linger:    4 * time.Millisecond,
+		linger:    8 * time.Millisecond,
 	}
 }
 
@@ -61,11 +61,12 @@ func WithSessionRetention(d time.Duration) Option {
 
 // WithCommitLinger sets the longest a group commit waits for more calls
 // before it starts, when the previous commit was shared by several calls
-// (a lone caller never waits); default 4 ms, 0 disables. It waits in steps
-// of 1 ms (or d if shorter) while fewer than 64 calls wait; after a light
-// commit cycle (fewer than 16 calls) a step that brings no call also ends
-// it. So light load adds one step at most, and sustained load up to d, to a
-// call's latency, in exchange for fewer fsyncs per call.
+// (a lone caller never waits); default 8 ms, 0 disables. It waits in steps
+// of 1 ms (or d if shorter) while fewer than 64 calls wait. A step that
+// brings no call also ends it after a light commit cycle (fewer than 16
+// calls), and after a sustained one once as many calls wait as in the
+// previous commit. So light load adds one step at most, and sustained load
+// up to d, to a call's latency, in exchange for fewer fsyncs per call.
 func WithCommitLinger(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.linger = d })
 }

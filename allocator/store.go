@@ -198,7 +198,7 @@ func (st *store) sync(target uint64) error {
 	// this kind of VM an fsync costs ~100 µs of CPU); a lone caller
 	// commits at once.
 	if linger := st.l.cfg.linger; last > 1 && linger > 0 {
-		st.linger(linger, last >= sustainedBatch)
+		st.linger(linger, last)
 	}
 	st.cmu.Lock()
 	st.lastBatch, st.arrived = st.arrived, 0
@@ -276,15 +276,18 @@ const lingerStep = time.Millisecond
 const lingerCalls = 64
 
 // linger waits for more calls to join the next commit, in steps of
-// lingerStep, until lingerCalls calls wait for it, at most max in all.
-// After a light cycle (sustained false) a step without a call also ends
-// it: the load is too light for waiting longer to pay, and a sparse
-// caller's latency grows by one step at most. After a sustained one (the
-// previous cycle brought sustainedBatch calls or more) it does not: under
-// load, calls arrive in bursts (each commit releases its batch at once, and
-// their next calls come back together), so a quiet millisecond says little
-// about the next, and ending there left commits half as full.
-func (st *store) linger(max time.Duration, sustained bool) {
+// lingerStep, until lingerCalls calls wait for it, at most max in all; last
+// is the number of calls in the previous commit cycle. After a light cycle
+// (last below sustainedBatch) a step without a call ends it: the load is
+// too light for waiting longer to pay, and a sparse caller's latency grows
+// by one step at most. After a sustained one a quiet step ends it only
+// once the batch is as large as the last: under load calls arrive in
+// bursts (each commit releases its batch at once, and their next calls
+// come back together), so a quiet millisecond says little about the next,
+// and ending there left commits half as full; but once every caller of a
+// small, closed population waits (as many as last time), no call is coming
+// and waiting on would only add latency.
+func (st *store) linger(max time.Duration, last int) {
 	for waited := time.Duration(0); waited < max; waited += lingerStep {
 		st.cmu.Lock()
 		before := st.arrived
@@ -294,9 +297,9 @@ func (st *store) linger(max time.Duration, sustained bool) {
 		}
 		st.sleep(min(lingerStep, max-waited))
 		st.cmu.Lock()
-		more := st.arrived > before
+		now := st.arrived
 		st.cmu.Unlock()
-		if !more && !sustained {
+		if now == before && (last < sustainedBatch || now >= last) {
 			return
 		}
 	}

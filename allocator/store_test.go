@@ -318,29 +318,34 @@ func reopenSame(t *testing.T, l *Ledger, path string, clk Clock) *Ledger {
 }
 
 // TestCommitLingerSteps: a commit lingers in steps, at most the configured
-// linger, and not once lingerCalls calls wait; after a light cycle a step
-// without a call ends it, after a sustained one (sustained) it does not.
+// linger, and not once lingerCalls calls wait. After a light cycle (the
+// previous batch, last, below sustainedBatch) a step without a call ends
+// it; after a sustained one, only once the batch is as large as the last.
 func TestCommitLingerSteps(t *testing.T) {
 	s := lingerStep
 	for _, tc := range []struct {
-		max       time.Duration
-		sustained bool
-		arriving  int // steps during which calls arrive
-		perStep   int // calls arriving in each of them (3 if 0)
-		want      []time.Duration
+		max      time.Duration
+		last     int // calls in the previous commit cycle
+		arriving int // steps during which calls arrive
+		perStep  int // calls arriving in each of them (3 if 0)
+		want     []time.Duration
 	}{
-		{4 * time.Millisecond, false, 100, lingerCalls / 2, []time.Duration{s, s}},
-		{4 * time.Millisecond, false, 100, lingerCalls, []time.Duration{s}},
-		{4 * time.Millisecond, false, 0, 0, []time.Duration{s}},
-		{4 * time.Millisecond, false, 1, 0, []time.Duration{s, s}},
-		{4 * time.Millisecond, false, 2, 0, []time.Duration{s, s, s}},
-		{4 * time.Millisecond, false, 100, 0, []time.Duration{s, s, s, s}},
-		{300 * time.Microsecond, false, 100, 0, []time.Duration{300 * time.Microsecond}},
-		{2500 * time.Microsecond, false, 100, 0, []time.Duration{s, s, 500 * time.Microsecond}},
-		{4 * time.Millisecond, true, 0, 0, []time.Duration{s, s, s, s}},
-		{4 * time.Millisecond, true, 1, 0, []time.Duration{s, s, s, s}},
-		{4 * time.Millisecond, true, 100, lingerCalls / 2, []time.Duration{s, s}},
-		{2500 * time.Microsecond, true, 0, 0, []time.Duration{s, s, 500 * time.Microsecond}},
+		{4 * time.Millisecond, 2, 100, lingerCalls / 2, []time.Duration{s, s}},
+		{4 * time.Millisecond, 2, 100, lingerCalls, []time.Duration{s}},
+		{4 * time.Millisecond, 2, 0, 0, []time.Duration{s}},
+		{4 * time.Millisecond, 2, 1, 0, []time.Duration{s, s}},
+		{4 * time.Millisecond, 2, 2, 0, []time.Duration{s, s, s}},
+		{4 * time.Millisecond, 2, 100, 0, []time.Duration{s, s, s, s}},
+		{300 * time.Microsecond, 2, 100, 0, []time.Duration{300 * time.Microsecond}},
+		{2500 * time.Microsecond, 2, 100, 0, []time.Duration{s, s, 500 * time.Microsecond}},
+		// Sustained: quiet steps do not end it while the batch is smaller
+		// than the last one (bursts), they do once it is as large (a
+		// closed population of callers, all of them waiting).
+		{4 * time.Millisecond, 32, 0, 0, []time.Duration{s, s, s, s}},
+		{4 * time.Millisecond, 32, 1, 0, []time.Duration{s, s, s, s}},
+		{8 * time.Millisecond, 32, 2, 20, []time.Duration{s, s, s}},
+		{8 * time.Millisecond, 32, 100, lingerCalls / 2, []time.Duration{s, s}},
+		{2500 * time.Microsecond, 32, 0, 0, []time.Duration{s, s, 500 * time.Microsecond}},
 	} {
 		st := &store{}
 		st.cond = sync.NewCond(&st.cmu)
@@ -353,9 +358,9 @@ func TestCommitLingerSteps(t *testing.T) {
 				st.cmu.Unlock()
 			}
 		}
-		st.linger(tc.max, tc.sustained)
+		st.linger(tc.max, tc.last)
 		if fmt.Sprint(slept) != fmt.Sprint(tc.want) {
-			t.Errorf("linger(%v, sustained %v) with calls arriving in the first %d steps (%d each) slept %v, want %v", tc.max, tc.sustained, tc.arriving, tc.perStep, slept, tc.want)
+			t.Errorf("linger(%v, last %d) with calls arriving in the first %d steps (%d each) slept %v, want %v", tc.max, tc.last, tc.arriving, tc.perStep, slept, tc.want)
 		}
 	}
 }

@@ -46,7 +46,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.noAuth, "no-auth", false, "accept calls without a bearer token (development only)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with -tls-key serves HTTPS, else h2c")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key file (PEM)")
-	fs.DurationVar(&c.commitLinger, "commit-linger", 4*time.Millisecond, "under concurrent load, the longest a group commit waits for more calls: until 64 wait, in 1 ms steps, and under light load only while each step brings a call (0: never)")
+	fs.DurationVar(&c.commitLinger, "commit-linger", 8*time.Millisecond, "under concurrent load, the longest a group commit waits for more calls: until 64 wait, in 1 ms steps, and under light load only while each step brings a call (0: never)")
 	fs.DurationVar(&c.sessionRetention, "session-retention", time.Hour, "how long a spender's exactly-once record outlives its last call")
 	fs.DurationVar(&c.sweepInterval, "sweep-interval", 0, "how often idle keys and sessions are dropped; 0 = the lease TTL")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long to drain in-flight calls")
