@@ -28,8 +28,6 @@ type config struct {
 	shutdownTimeout  time.Duration
 	logLevel         slog.Level
 	logJSON          bool
-	gomaxprocs       int
-	envGOMAXPROCS    bool // the GOMAXPROCS environment variable is set
 
 	onCommit func() // tests: runs after every commit, before the replies go out
 }
@@ -52,7 +50,6 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long to drain in-flight calls")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", true, "log JSON lines (false: text)")
-	fs.IntVar(&c.gomaxprocs, "gomaxprocs", 0, "Go scheduler Ps (GOMAXPROCS); 0 = the runtime's default (the GOMAXPROCS environment variable, else the usable cores or the container's CPU limit)")
 
 	// Environment first, so that flags override it.
 	if err := envflag.Parse(fs, "RATION_", getenv, args); err != nil {
@@ -70,12 +67,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, fmt.Errorf("-tls-cert and -tls-key go together")
 	case c.commitLinger < 0 || c.commitLinger > 100*time.Millisecond:
 		return c, fmt.Errorf("-commit-linger %v outside [0, 100ms]", c.commitLinger)
-	case c.gomaxprocs < 0:
-		return c, fmt.Errorf("-gomaxprocs %d is negative", c.gomaxprocs)
 	case c.leaseTTL < time.Millisecond || c.leaseTTL > time.Hour:
 		return c, fmt.Errorf("-lease-ttl %v outside [1ms, 1h]", c.leaseTTL)
 	}
-	c.envGOMAXPROCS = getenv("GOMAXPROCS") != ""
 	if c.sweepInterval <= 0 {
 		c.sweepInterval = c.leaseTTL
 	}

@@ -26,29 +26,13 @@ import (
 // run serves until ctx is done, then drains and closes the store.
 func run(ctx context.Context, cfg config, logOut io.Writer) error {
 	log := newLogger(cfg, logOut)
-	procs, why := setProcs(cfg)
-	log.Info("allocator: GOMAXPROCS", "procs", procs, "numcpu", runtime.NumCPU(), "source", why)
+	// GOMAXPROCS is the runtime's (docs/allocator.md, Operations).
+	log.Info("allocator: GOMAXPROCS", "procs", runtime.GOMAXPROCS(0), "numcpu", runtime.NumCPU())
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
 	}
 	return serve(ctx, cfg, ln, log)
-}
-
-// setProcs applies -gomaxprocs: an explicit value wins; otherwise the
-// runtime's own choice stands (the GOMAXPROCS environment variable, else
-// the usable cores or the container's CPU limit, which the runtime keeps
-// following). It returns the setting and where it came from.
-func setProcs(cfg config) (int, string) {
-	switch {
-	case cfg.gomaxprocs > 0:
-		runtime.GOMAXPROCS(cfg.gomaxprocs)
-		return cfg.gomaxprocs, "-gomaxprocs"
-	case cfg.envGOMAXPROCS:
-		return runtime.GOMAXPROCS(0), "GOMAXPROCS environment variable"
-	default:
-		return runtime.GOMAXPROCS(0), "runtime default"
-	}
 }
 
 func newLogger(cfg config, w io.Writer) *slog.Logger {

@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -376,7 +375,6 @@ func TestConfigFromEnvironmentAndErrors(t *testing.T) {
 		{"-no-auth", "-lease-ttl", "2h"},     // ttl range
 		{"-no-auth", "-log-level", "loud"},   // level
 		{"-no-auth", "-commit-linger", "1s"}, // linger range
-		{"-no-auth", "-gomaxprocs", "-1"},    // negative procs
 		{"-no-auth", "extra"},                // stray argument
 	} {
 		if _, err := parseConfig(args, func(string) string { return "" }, io.Discard); err == nil {
@@ -385,30 +383,5 @@ func TestConfigFromEnvironmentAndErrors(t *testing.T) {
 	}
 	if _, err := parseConfig(nil, func(k string) string { return map[string]string{"RATION_LEASE_TTL": "soon"}[k] }, io.Discard); err == nil {
 		t.Error("bad environment value accepted")
-	}
-}
-
-func TestGOMAXPROCS(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
-	base := runtime.GOMAXPROCS(0)
-	parse := func(env map[string]string, args ...string) config {
-		t.Helper()
-		cfg, err := parseConfig(append([]string{"-no-auth"}, args...), func(k string) string { return env[k] }, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
-	}
-	// Default: the runtime's choice stands.
-	if n, _ := setProcs(parse(nil)); n != base || runtime.GOMAXPROCS(0) != base {
-		t.Fatalf("default: setProcs %d, GOMAXPROCS %d, want %d", n, runtime.GOMAXPROCS(0), base)
-	}
-	// The GOMAXPROCS environment variable is left to the runtime.
-	if n, _ := setProcs(parse(map[string]string{"GOMAXPROCS": "1"})); n != base || runtime.GOMAXPROCS(0) != base {
-		t.Fatalf("env: setProcs %d, GOMAXPROCS %d, want %d", n, runtime.GOMAXPROCS(0), base)
-	}
-	// The flag (or RATION_GOMAXPROCS) wins over both.
-	if n, _ := setProcs(parse(map[string]string{"GOMAXPROCS": "1", "RATION_GOMAXPROCS": "5"})); n != 5 || runtime.GOMAXPROCS(0) != 5 {
-		t.Fatalf("flag: setProcs %d, GOMAXPROCS %d, want 5", n, runtime.GOMAXPROCS(0))
 	}
 }
