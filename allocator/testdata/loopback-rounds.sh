@@ -6,11 +6,13 @@
 # per-round ratios are steadier than ratios of -count runs taken one side
 # after the other.
 #
-# usage: allocator/testdata/loopback-rounds.sh ROUNDS ROW CALLS [REV ...]
-#   ROW   a BenchmarkLoopback sub-benchmark row: connect/keys=64, grpc/keys=1, ...
-#   CALLS calls per run (-benchtime CALLSx)
-#   REV   git revisions to compare (default: the working tree only); each is
-#         built into its own test binary from a temporary worktree.
+# usage: allocator/testdata/loopback-rounds.sh ROUNDS ROW CALLS [VERSION ...]
+#   ROW     a BenchmarkLoopback sub-benchmark row: connect/keys=64, grpc/keys=1, ...
+#   CALLS   calls per run (-benchtime CALLSx)
+#   VERSION what to compare (default: the working tree only): REV[,FLAG...],
+#           a git revision ("." for the working tree), each built into its own
+#           test binary from a temporary worktree, and test flags for its
+#           allocator runs, e.g. .,-bench.linger=4ms .,-loopback.extraprocs=1
 # Prints one line per run (round, version, echo calls/s, allocator calls/s,
 # ratio, allocator cpu-µs per call, calls per commit) and the median ratio
 # per version.
@@ -19,26 +21,33 @@ rounds=${1:?rounds}; row=${2:?row}; calls=${3:?calls}; shift 3
 root=$(git rev-parse --show-toplevel)
 tmp=$(mktemp -d)
 trap 'for w in "$tmp"/wt-*; do [ -d "$w" ] && git -C "$root" worktree remove --force "$w"; done; rm -rf "$tmp"' EXIT
-versions=()
-if [ $# -eq 0 ]; then
-  (cd "$root" && go test -c -o "$tmp/worktree.test" ./allocator/)
-  versions=(worktree)
-else
-  for rev in "$@"; do
-    git -C "$root" worktree add --detach -q "$tmp/wt-$rev" "$rev"
-    (cd "$tmp/wt-$rev" && go test -c -o "$tmp/$rev.test" ./allocator/)
-    versions+=("$rev")
-  done
-fi
+versions=(); bins=()
+[ $# -eq 0 ] && set -- .
+for v in "$@"; do
+  rev=${v%%,*}; name=${rev//[^A-Za-z0-9._-]/_}
+  bin="$tmp/bin-$name.test"
+  if [ ! -x "$bin" ]; then
+    if [ "$rev" = . ]; then
+      (cd "$root" && go test -c -o "$bin" ./allocator/)
+    else
+      git -C "$root" worktree add --detach -q "$tmp/wt-$name" "$rev"
+      (cd "$tmp/wt-$name" && go test -c -o "$bin" ./allocator/)
+    fi
+  fi
+  versions+=("$v")
+  bins+=("$bin")
+done
 metric() { awk -v m="$1" '{for (i = 1; i < NF; i++) if ($(i+1) == m) print $i}'; }
 out="$tmp/runs"
 for r in $(seq "$rounds"); do
-  for v in "${versions[@]}"; do
-    e=$("$tmp/$v.test" -test.run '^$' -test.bench "^BenchmarkLoopback$/^${row%%/*}$/^${row#*/}$/^echo$" -test.benchtime "${calls}x" | grep '^Benchmark')
-    a=$("$tmp/$v.test" -test.run '^$' -test.bench "^BenchmarkLoopback$/^${row%%/*}$/^${row#*/}$/^allocator$" -test.benchtime "${calls}x" | grep '^Benchmark')
+  for i in "${!versions[@]}"; do
+    v=${versions[$i]}; bin=${bins[$i]}; flags=()
+    [ "$v" != "${v%%,*}" ] && IFS=, read -r -a flags <<<"${v#*,}"
+    e=$("$bin" -test.run '^$' -test.bench "^BenchmarkLoopback$/^${row%%/*}$/^${row#*/}$/^echo$" -test.benchtime "${calls}x" | grep '^Benchmark')
+    a=$("$bin" -test.run '^$' -test.bench "^BenchmarkLoopback$/^${row%%/*}$/^${row#*/}$/^allocator$" -test.benchtime "${calls}x" "${flags[@]}" | grep '^Benchmark')
     ec=$(metric calls/s <<<"$e"); ac=$(metric calls/s <<<"$a")
-    printf '%s %s echo %s allocator %s ratio %.3f cpu-us %s calls/commit %s\n' "$r" "$v" "$ec" "$ac" \
-      "$(awk -v a="$ac" -v e="$ec" 'BEGIN{print a/e}')" "$(metric cpu-µs/call <<<"$a")" "$(metric calls/commit <<<"$a")" | tee -a "$out"
+    printf '%s %s echo %s allocator %s ratio %.3f cpu-us %s calls/commit %s cores %s\n' "$r" "$v" "$ec" "$ac" \
+      "$(awk -v a="$ac" -v e="$ec" 'BEGIN{print a/e}')" "$(metric cpu-µs/call <<<"$a")" "$(metric calls/commit <<<"$a")" "$(metric cores <<<"$a")" | tee -a "$out"
   done
 done
 for v in "${versions[@]}"; do
