@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect/v2"
 	"connectrpc.com/connect/v2/connecthttp"
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
@@ -25,14 +26,14 @@ import (
 // commands). Limits are large so that every key is granted on every call:
 // these measure the cost of a call, not the budget.
 
-var benchLimits = allocator.Limits{RPM: 1_000_000_000, TPM: 1_000_000_000_000}
+var benchLimits = ration.Limits{RPM: 1_000_000_000, TPM: 1_000_000_000_000}
 
 func benchKeys(n int, prefix string) []allocator.AcquireKey {
 	keys := make([]allocator.AcquireKey, n)
 	for i := range keys {
 		keys[i] = allocator.AcquireKey{Key: fmt.Sprintf("%s-key-%03d", prefix, i), Limits: benchLimits,
-			Want: allocator.Amount{Requests: 1, Tokens: 100}, Held: allocator.Amount{Requests: 1 << 40, Tokens: 1 << 40},
-			SpendRate: allocator.Amount{Requests: 60, Tokens: 6000}}
+			Want: ration.Amount{Requests: 1, Tokens: 100}, Held: ration.Amount{Requests: 1 << 40, Tokens: 1 << 40},
+			SpendRate: ration.Amount{Requests: 60, Tokens: 6000}}
 	}
 	return keys
 }

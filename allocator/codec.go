@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 )
 
@@ -44,8 +45,8 @@ func (e *enc) str(s string) {
 	e.u(uint64(len(s)))
 	e.b = append(e.b, s...)
 }
-func (e *enc) amount(a Amount)     { e.b = appendAmount(e.b, a) }
-func (e *enc) dur(d time.Duration) { e.i(int64(d)) }
+func (e *enc) amount(a ration.Amount) { e.b = appendAmount(e.b, a) }
+func (e *enc) dur(d time.Duration)    { e.i(int64(d)) }
 
 // The enc methods are small enough to inline, so that an enc that is a
 // local variable (as in appendKey and appendSession) is written on the
@@ -53,7 +54,7 @@ func (e *enc) dur(d time.Duration) { e.i(int64(d)) }
 // the GC's write barrier whenever a collection is marking. What is too big
 // to inline is a function from buffer to buffer instead.
 
-func appendAmount(b []byte, a Amount) []byte {
+func appendAmount(b []byte, a ration.Amount) []byte {
 	return binary.AppendVarint(binary.AppendVarint(b, a.Requests), a.Tokens)
 }
 
@@ -122,8 +123,8 @@ func (d *dec) bytes(max int) []byte {
 	return s
 }
 
-func (d *dec) amount() Amount {
-	a := Amount{Requests: d.i(), Tokens: d.i()}
+func (d *dec) amount() ration.Amount {
+	a := ration.Amount{Requests: d.i(), Tokens: d.i()}
 	if a.Requests < 0 || a.Tokens < 0 {
 		d.fail()
 	}
@@ -279,10 +280,10 @@ func decodeKey(b []byte) (*keyState, error) {
 		return k, d.done()
 	}
 	if v == recordVersion1 {
-		k.lim = Limits{RPM: d.i(), TPM: d.i(), BurstRequests: d.i(), BurstTokens: d.i()}
+		k.lim = ration.Limits{RPM: d.i(), TPM: d.i(), BurstRequests: d.i(), BurstTokens: d.i()}
 		flags = 0
 	} else {
-		k.lim = Limits{RPM: d.decimal(MaxRate), TPM: d.decimal(MaxRate), BurstRequests: d.decimal(MaxRate), BurstTokens: d.decimal(MaxRate)}
+		k.lim = ration.Limits{RPM: d.decimal(ration.MaxRate), TPM: d.decimal(ration.MaxRate), BurstRequests: d.decimal(ration.MaxRate), BurstTokens: d.decimal(ration.MaxRate)}
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -299,7 +300,7 @@ func decodeKey(b []byte) (*keyState, error) {
 		rate, burst int64
 		fromFull    bool
 	}{{&k.req, k.lim.RPM, k.lim.BurstRequests, flags&flagReqFull != 0}, {&k.tok, k.lim.TPM, k.lim.BurstTokens, flags&flagTokFull != 0}} {
-		lim, on := dimLimit(x.rate, x.burst)
+		lim, on := ration.Limits{RPM: x.rate, BurstRequests: x.burst}.RequestLimit()
 		if !on {
 			continue
 		}
@@ -330,7 +331,7 @@ func decodeKey(b []byte) (*keyState, error) {
 		k.holds = make([]holding, 0, n)
 	}
 	for i := 0; i < n && d.err == nil; i++ {
-		h := holding{spender: d.str(MaxSpenderIDLen), epoch: d.u(), lastSeq: d.u(), held: d.amount(), rate: d.amount(), expiry: bucket.Instant(d.i()) + base}
+		h := holding{spender: d.str(ration.MaxSpenderIDLen), epoch: d.u(), lastSeq: d.u(), held: d.amount(), rate: d.amount(), expiry: bucket.Instant(d.i()) + base}
 		if h.spender == "" || h.epoch == 0 {
 			d.fail()
 		}
@@ -419,7 +420,7 @@ func decodeSession(b []byte) (*session, error) {
 	switch s.kind {
 	case kindAcquire:
 		r := &AcquireReply{LeaseTTL: d.dur()}
-		r.Keys = make([]AcquireResult, d.count(MaxBatch))
+		r.Keys = make([]AcquireResult, d.count(ration.MaxBatch))
 		for i := range r.Keys {
 			r.Keys[i] = AcquireResult{Status: Status(d.byte()), Granted: d.amount(), Returned: d.amount(), Held: d.amount(),
 				RetryAfter: d.dur(), Snapshot: decodeSnapshot(d, v), ActiveSpenders: int(d.u())}
@@ -427,14 +428,14 @@ func decodeSession(b []byte) (*session, error) {
 		s.reply, s.acquireReply = r, r
 	case kindReserve:
 		r := &ReserveReply{LeaseTTL: d.dur()}
-		r.Keys = make([]ReserveResult, d.count(MaxBatch))
+		r.Keys = make([]ReserveResult, d.count(ration.MaxBatch))
 		for i := range r.Keys {
 			r.Keys[i] = ReserveResult{Status: Status(d.byte()), Wait: d.dur(), Held: d.amount(),
 				Snapshot: decodeSnapshot(d, v), ActiveSpenders: int(d.u())}
 		}
 		s.reply = r
 	case kindRelease:
-		r := &ReleaseReply{Returned: make([]Amount, d.count(MaxBatch))}
+		r := &ReleaseReply{Returned: make([]ration.Amount, d.count(ration.MaxBatch))}
 		for i := range r.Returned {
 			r.Returned[i] = d.amount()
 		}

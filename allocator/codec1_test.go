@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/rationhq/ration"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -15,9 +16,9 @@ func TestStoreFormat1Upgrades(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
 	k := []AcquireKey{
-		{Key: "k1", Limits: tpm(600), Want: Amount{1, 100}},
-		{Key: "k2", Limits: Limits{RPM: 60, TPM: 6000, BurstTokens: 9000}, Want: Amount{2, 700}, Debt: Amount{0, 50}},
-		{Key: "k3", Limits: Limits{TPM: 6000}, Want: Amount{0, 70}},
+		{Key: "k1", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}},
+		{Key: "k2", Limits: ration.Limits{RPM: 60, TPM: 6000, BurstTokens: 9000}, Want: ration.Amount{Requests: 2, Tokens: 700}, Debt: ration.Amount{Requests: 0, Tokens: 50}},
+		{Key: "k3", Limits: ration.Limits{TPM: 6000}, Want: ration.Amount{Requests: 0, Tokens: 70}},
 	}
 	r1, err := l.Acquire(ctx, caller("a", 1, 1), k)
 	if err != nil {

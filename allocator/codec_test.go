@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 )
 
@@ -14,10 +15,10 @@ import (
 // relative to the first bucket's.
 func TestKeyRecordRoundTrip(t *testing.T) {
 	now := bucket.Instant(1_800_000_000_123_457)
-	limits := []Limits{
+	limits := []ration.Limits{
 		{RPM: 1_000_000_000, TPM: 1_000_000_000_000},
 		{RPM: 600, TPM: 123_456_789, BurstTokens: 100_000_000_000},
-		{RPM: MaxRate, TPM: MaxRate, BurstRequests: MaxRate, BurstTokens: 10},
+		{RPM: ration.MaxRate, TPM: ration.MaxRate, BurstRequests: ration.MaxRate, BurstTokens: 10},
 		{TPM: 7}, {RPM: 1}, {RPM: 3_000, BurstRequests: 30_000},
 	}
 	for _, lim := range limits {
@@ -42,7 +43,7 @@ func TestKeyRecordRoundTrip(t *testing.T) {
 				}
 				d.b = b
 			}
-			k.holds = []holding{{spender: "a", epoch: 3, lastSeq: 9, held: Amount{1, 2}, rate: Amount{3, 4}, expiry: now + 10_000_000},
+			k.holds = []holding{{spender: "a", epoch: 3, lastSeq: 9, held: ration.Amount{Requests: 1, Tokens: 2}, rate: ration.Amount{Requests: 3, Tokens: 4}, expiry: now + 10_000_000},
 				{spender: "b", epoch: 1, lastSeq: 1, expiry: now - 5}}
 			got, err := decodeKey(appendKey(nil, k))
 			if err != nil {
@@ -56,19 +57,19 @@ func TestKeyRecordRoundTrip(t *testing.T) {
 }
 
 func TestDecimal(t *testing.T) {
-	for _, v := range []int64{0, 1, 9, 10, 11, 100, 1_000_000_000_000, 999_999_999_001, 999_999_999_999, 2_500_000, MaxRate} {
+	for _, v := range []int64{0, 1, 9, 10, 11, 100, 1_000_000_000_000, 999_999_999_001, 999_999_999_999, 2_500_000, ration.MaxRate} {
 		var e enc
 		e.decimal(v)
 		d := &dec{b: e.b}
-		if got := d.decimal(MaxRate); got != v || d.done() != nil {
+		if got := d.decimal(ration.MaxRate); got != v || d.done() != nil {
 			t.Errorf("decimal %d: got %d (%v)", v, got, d.err)
 		}
 	}
-	for _, u := range []uint64{(MaxRate + 1) << 4, 2<<4 | 12, 1<<4 | 13, 1<<4 | 15, 1 << 63} {
+	for _, u := range []uint64{(ration.MaxRate + 1) << 4, 2<<4 | 12, 1<<4 | 13, 1<<4 | 15, 1 << 63} {
 		var e enc
 		e.u(u)
 		d := &dec{b: e.b}
-		if got := d.decimal(MaxRate); d.err == nil {
+		if got := d.decimal(ration.MaxRate); d.err == nil {
 			t.Errorf("decimal %s: got %d, want an error", fmt.Sprintf("%#x", u), got)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rationhq/ration"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -15,12 +16,12 @@ func callerOf(c *leasev1.Caller) Caller {
 	return Caller{SpenderID: c.GetSpenderId(), Epoch: c.GetEpoch(), Sequence: c.GetSequence()}
 }
 
-func amountOf(a *leasev1.Amount) Amount {
-	return Amount{Requests: a.GetRequests(), Tokens: a.GetTokens()}
+func amountOf(a *leasev1.Amount) ration.Amount {
+	return ration.Amount{Requests: a.GetRequests(), Tokens: a.GetTokens()}
 }
 
-func limitsOf(l *leasev1.Limits) Limits {
-	return Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens()}
+func limitsOf(l *leasev1.Limits) ration.Limits {
+	return ration.Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens()}
 }
 
 // us converts d to whole microseconds, rounded up; a negative d is 0. It
@@ -76,10 +77,10 @@ func reserveKeysOf(req *leasev1.ReserveAheadRequest) []ReserveKey {
 	for i, k := range in {
 		w := k.GetMaxWaitUs()
 		maxWait := time.Duration(w) * time.Microsecond
-		if w < 0 || w > int64(MaxWait/time.Microsecond) {
+		if w < 0 || w > int64(ration.MaxWait/time.Microsecond) {
 			maxWait = -1 // out of range; validation names the field
 			if w > 0 {
-				maxWait = MaxWait + time.Microsecond
+				maxWait = ration.MaxWait + time.Microsecond
 			}
 		}
 		out[i] = ReserveKey{Key: k.GetKey(), Limits: limitsOf(k.GetLimits()), Cost: amountOf(k.GetCost()), MaxWait: maxWait}
@@ -111,7 +112,7 @@ func newProtoAlloc(amounts, snaps int) *protoAlloc {
 	}
 }
 
-func (p *protoAlloc) amount(a Amount) *leasev1.Amount {
+func (p *protoAlloc) amount(a ration.Amount) *leasev1.Amount {
 	m := &p.amounts[0]
 	p.amounts = p.amounts[1:]
 	m.Requests, m.Tokens = a.Requests, a.Tokens

@@ -1,6 +1,10 @@
 package allocator
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/rationhq/ration"
+)
 
 // digest is a 64-bit multiply-xorshift hash over a call's fields, a word
 // at a time: a retry must carry the same body as the call it repeats. It
@@ -33,9 +37,11 @@ func (d digest) str(s string) digest {
 	return d.u64(tail)
 }
 
-func (d digest) amount(a Amount) digest { return d.u64(uint64(a.Requests)).u64(uint64(a.Tokens)) }
+func (d digest) amount(a ration.Amount) digest {
+	return d.u64(uint64(a.Requests)).u64(uint64(a.Tokens))
+}
 
-func (d digest) limits(l Limits) digest {
+func (d digest) limits(l ration.Limits) digest {
 	return d.u64(uint64(l.RPM)).u64(uint64(l.TPM)).u64(uint64(l.BurstRequests)).u64(uint64(l.BurstTokens))
 }
 

@@ -6,19 +6,18 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/internal/fakeclock"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
 
-type fixedClock struct{ t time.Time }
-
-func (c *fixedClock) Now() time.Time { return c.t }
-
 // A spender talks to an in-process allocator through the same interface as
 // to a remote one: *allocator.Service satisfies LeaseServiceClient.
 func ExampleService_inProcess() {
-	clk := &fixedClock{t: time.Unix(1_800_000_000, 0)}
+	clk := fakeclock.New()
+	clk.Set(time.Unix(1_800_000_000, 0))
 	led, err := allocator.New(allocator.WithClock(clk), allocator.WithTTL(10*time.Second))
 	if err != nil {
 		panic(err)
@@ -47,10 +46,11 @@ func ExampleService_inProcess() {
 
 // A retried call gets the stored answer; an older one is refused.
 func ExampleLedger_Acquire_retry() {
-	clk := &fixedClock{t: time.Unix(1_800_000_000, 0)}
+	clk := fakeclock.New()
+	clk.Set(time.Unix(1_800_000_000, 0))
 	led, _ := allocator.New(allocator.WithClock(clk))
 	defer led.Close()
-	keys := []allocator.AcquireKey{{Key: "key-a", Limits: allocator.Limits{TPM: 600}, Want: allocator.Amount{Tokens: 100}}}
+	keys := []allocator.AcquireKey{{Key: "key-a", Limits: ration.Limits{TPM: 600}, Want: ration.Amount{Tokens: 100}}}
 	c := allocator.Caller{SpenderID: "gw-1", Epoch: 1, Sequence: 7}
 	first, _ := led.Acquire(context.Background(), c, keys)
 	again, _ := led.Acquire(context.Background(), c, keys) // the reply was lost

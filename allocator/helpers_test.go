@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
 )
 
@@ -19,7 +20,7 @@ func newFakeClock() *fakeClock {
 	return c
 }
 
-func newLedger(t *testing.T, clk Clock, opts ...Option) *Ledger {
+func newLedger(t *testing.T, clk ration.Clock, opts ...Option) *Ledger {
 	t.Helper()
 	l, err := New(append([]Option{WithClock(clk)}, opts...)...)
 	if err != nil {
@@ -28,7 +29,7 @@ func newLedger(t *testing.T, clk Clock, opts ...Option) *Ledger {
 	return l
 }
 
-func openLedger(t *testing.T, path string, clk Clock, opts ...Option) *Ledger {
+func openLedger(t *testing.T, path string, clk ration.Clock, opts ...Option) *Ledger {
 	t.Helper()
 	l, err := Open(path, append([]Option{WithClock(clk), withNoSync()}, opts...)...)
 	if err != nil {
@@ -40,7 +41,7 @@ func openLedger(t *testing.T, path string, clk Clock, opts ...Option) *Ledger {
 func tempDB(t *testing.T) string { return filepath.Join(t.TempDir(), "ledger.db") }
 
 // tpm returns limits of n tokens per minute and 600 requests per minute.
-func tpm(n int64) Limits { return Limits{RPM: 600, TPM: n} }
+func tpm(n int64) ration.Limits { return ration.Limits{RPM: 600, TPM: n} }
 
 // acq runs one single-key Acquire and fails the test on error.
 func acq(t *testing.T, l *Ledger, c Caller, k AcquireKey) AcquireResult {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 )
 
@@ -19,15 +20,15 @@ type holding struct {
 	spender string
 	epoch   uint64
 	lastSeq uint64         // the last sequence applied to this key for (spender, epoch)
-	held    Amount         // counted as held; only the ledger's upper bound of the truth
-	rate    Amount         // spend per minute last reported
+	held    ration.Amount  // counted as held; only the ledger's upper bound of the truth
+	rate    ration.Amount  // spend per minute last reported
 	expiry  bucket.Instant // the holding stops counting at this instant
 }
 
 // keyState is one key's global state: a bucket per limited dimension and
 // the holdings of every spender incarnation with an unexpired lease.
 type keyState struct {
-	lim       Limits         // the limits the buckets follow
+	lim       ration.Limits  // the limits the buckets follow
 	req, tok  dim            // request and token buckets
 	holds     []holding      // unexpired as of the last touch (expired ones dropped lazily)
 	emptyFrom bucket.Instant // != 0: state was lost; buckets start empty at this instant
@@ -49,7 +50,7 @@ type keyState struct {
 // gets a full bucket (or an empty one when the key's state was lost), one
 // that changes follows the new limit without minting, one that becomes
 // unlimited drops its bucket. l must be valid.
-func (k *keyState) setLimits(l Limits, now bucket.Instant) {
+func (k *keyState) setLimits(l ration.Limits, now bucket.Instant) {
 	if !k.fresh && l == k.lim {
 		return
 	}
@@ -61,7 +62,7 @@ func (k *keyState) setLimits(l Limits, now bucket.Instant) {
 }
 
 func (k *keyState) setDim(d *dim, rate, burst int64, now bucket.Instant) {
-	lim, on := dimLimit(rate, burst)
+	lim, on := ration.Limits{RPM: rate, BurstRequests: burst}.RequestLimit()
 	switch {
 	case !on:
 		*d = dim{}
@@ -80,7 +81,7 @@ func (k *keyState) setDim(d *dim, rate, burst int64, now bucket.Instant) {
 }
 
 // sums returns the total held over all holdings.
-func (k *keyState) sums() (held Amount) {
+func (k *keyState) sums() (held ration.Amount) {
 	for i := range k.holds {
 		held.Requests += k.holds[i].held.Requests
 		held.Tokens += k.holds[i].held.Tokens
@@ -97,7 +98,7 @@ func (k *keyState) sums() (held Amount) {
 // that wait outlive the TTL). The caller takes the larger of this and the
 // plain bucket wait, which is then exact when the cap does not bind before e
 // and conservative when holdings expiring before e loosen it early.
-func (k *keyState) untilHoldingsFit(n Amount, now bucket.Instant, ttl time.Duration, strict bool) time.Duration {
+func (k *keyState) untilHoldingsFit(n ration.Amount, now bucket.Instant, ttl time.Duration, strict bool) time.Duration {
 	deficit := func(d *dim, held, n int64) int64 {
 		if !d.on || n <= 0 {
 			return 0
@@ -124,7 +125,7 @@ func (k *keyState) untilHoldingsFit(n Amount, now bucket.Instant, ttl time.Durat
 	}
 	slices.Sort(exp)
 	for _, e := range exp {
-		var h Amount
+		var h ration.Amount
 		for i := range k.holds {
 			if k.holds[i].expiry > e {
 				h.Requests += k.holds[i].held.Requests
@@ -139,7 +140,7 @@ func (k *keyState) untilHoldingsFit(n Amount, now bucket.Instant, ttl time.Durat
 }
 
 // rateSum returns the total reported spend rate over all holdings.
-func (k *keyState) rateSum() (r Amount) {
+func (k *keyState) rateSum() (r ration.Amount) {
 	for i := range k.holds {
 		r.Requests = satAdd(r.Requests, k.holds[i].rate.Requests)
 		r.Tokens = satAdd(r.Tokens, k.holds[i].rate.Tokens)

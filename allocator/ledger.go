@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 )
 
@@ -190,7 +191,7 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 		}
 		return stored.(*ReleaseReply), l.syncTo(end)
 	}
-	reply := &ReleaseReply{Returned: make([]Amount, len(keys))}
+	reply := &ReleaseReply{Returned: make([]ration.Amount, len(keys))}
 	for i := range keys {
 		l.releaseKey(&keys[i], c, now, &reply.Returned[i])
 	}
@@ -247,7 +248,7 @@ func (l *Ledger) finish(s *session, c Caller, k callKind, d digest, reply any, n
 // keyFor returns name's state following lim, creating it (full, or empty
 // if its state was lost) as needed; nil if lim leaves it unlimited. hint,
 // if not nil, is a state that may be name's (a session's cache).
-func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant, hint *keyState) *keyState {
+func (l *Ledger) keyFor(name string, lim ration.Limits, now bucket.Instant, hint *keyState) *keyState {
 	ks := hint
 	if ks == nil || ks.gone || ks.name != name {
 		ks = l.keys[name]
@@ -278,7 +279,7 @@ func (l *Ledger) keyFor(name string, lim Limits, now bucket.Instant, hint *keySt
 // The snapshot is informational (x-ratelimit-* headers): the grants,
 // returns and holdings of the stored reply are what exactly-once is about,
 // and they are stored in full.
-func (l *Ledger) snapshotNow(name string, lim Limits) Snapshot {
+func (l *Ledger) snapshotNow(name string, lim ration.Limits) Snapshot {
 	now := l.now()
 	var k keyState
 	if ks := l.keys[name]; ks != nil && !ks.fresh {
@@ -423,7 +424,7 @@ func (l *Ledger) reserveKey(k *ReserveKey, c Caller, now bucket.Instant, out *Re
 	}
 	if h.expiry <= now { // nothing reserved on a new holding: drop it
 		ks.expire(now)
-		out.Held = Amount{}
+		out.Held = ration.Amount{}
 	} else {
 		out.Held = h.held
 	}
@@ -431,10 +432,10 @@ func (l *Ledger) reserveKey(k *ReserveKey, c Caller, now bucket.Instant, out *Re
 	out.ActiveSpenders = len(ks.holds)
 }
 
-func (l *Ledger) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant, out *Amount) {
+func (l *Ledger) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant, out *ration.Amount) {
 	ks := l.keys[k.Key]
 	if ks == nil {
-		if k.Debt == (Amount{}) {
+		if k.Debt == (ration.Amount{}) {
 			return
 		}
 		if ks = l.keyFor(k.Key, k.Limits, now, nil); ks == nil {

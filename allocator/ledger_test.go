@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"pgregory.net/rapid"
 	"strings"
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 )
 
@@ -17,9 +19,9 @@ var ctx = context.Background()
 func TestAcquireGrantsFromFullBucket(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{1, 100}, Held: Amount{}})
+	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}, Held: ration.Amount{}})
 	want := AcquireResult{
-		Status: StatusOK, Granted: Amount{1, 100}, Held: Amount{1, 100},
+		Status: StatusOK, Granted: ration.Amount{Requests: 1, Tokens: 100}, Held: ration.Amount{Requests: 1, Tokens: 100},
 		Snapshot: Snapshot{
 			Requests: DimSnapshot{Limit: 600, Remaining: 599, Reset: 100 * time.Millisecond},
 			Tokens:   DimSnapshot{Limit: 600, Remaining: 500, Reset: 10 * time.Second},
@@ -34,16 +36,16 @@ func TestAcquireGrantsFromFullBucket(t *testing.T) {
 func TestNotCoveredGivesExactRetryAfter(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 600}})
-	r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}, Need: Amount{1, 60}})
-	if r.Status != StatusNotCovered || r.RetryAfter != 6*time.Second || r.Granted != (Amount{}) {
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
+	r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}, Need: ration.Amount{Requests: 1, Tokens: 60}})
+	if r.Status != StatusNotCovered || r.RetryAfter != 6*time.Second || r.Granted != (ration.Amount{}) {
 		t.Fatalf("got %+v, want not covered, retry after 6s, nothing granted", r)
 	}
 	if r.ActiveSpenders != 2 {
 		t.Fatalf("active spenders %d, want 2", r.ActiveSpenders)
 	}
 	clk.Advance(6 * time.Second)
-	r = acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}, Need: Amount{1, 60}})
+	r = acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}, Need: ration.Amount{Requests: 1, Tokens: 60}})
 	if r.Status != StatusOK || r.Granted.Tokens != 60 {
 		t.Fatalf("after the wait: %+v, want 60 tokens granted", r)
 	}
@@ -51,8 +53,8 @@ func TestNotCoveredGivesExactRetryAfter(t *testing.T) {
 
 func TestNeedAboveCapacityIsTooLarge(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Need: Amount{1, 601}, Want: Amount{1, 601}})
-	if r.Status != StatusTooLarge || r.Granted != (Amount{}) || r.Snapshot.Tokens.Remaining != 600 {
+	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: 1, Tokens: 601}, Want: ration.Amount{Requests: 1, Tokens: 601}})
+	if r.Status != StatusTooLarge || r.Granted != (ration.Amount{}) || r.Snapshot.Tokens.Remaining != 600 {
 		t.Fatalf("got %+v, want too large and nothing taken", r)
 	}
 }
@@ -60,33 +62,33 @@ func TestNeedAboveCapacityIsTooLarge(t *testing.T) {
 func TestReturnsAreCappedAtHoldings(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}, Held: Amount{}})
-	acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 300}})
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}, Held: ration.Amount{}})
+	acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 300}})
 	// a claims to return 1000 tokens; it holds 100.
-	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Returned: Amount{5, 1000}, Held: Amount{0, 0}})
-	if r.Returned != (Amount{0, 100}) || r.Held != (Amount{}) {
+	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 5, Tokens: 1000}, Held: ration.Amount{Requests: 0, Tokens: 0}})
+	if r.Returned != (ration.Amount{Requests: 0, Tokens: 100}) || r.Held != (ration.Amount{}) {
 		t.Fatalf("got returned %+v held %+v, want 100 tokens credited and nothing held", r.Returned, r.Held)
 	}
 	if r.Snapshot.Tokens.Remaining != 300 {
 		t.Fatalf("remaining %d, want 300 (600 - 300 held by b)", r.Snapshot.Tokens.Remaining)
 	}
 	// A spender that never held anything gets nothing credited.
-	r = acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: Amount{0, 50}})
-	if r.Returned != (Amount{}) || r.Snapshot.Tokens.Remaining != 300 {
+	r = acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 50}})
+	if r.Returned != (ration.Amount{}) || r.Snapshot.Tokens.Remaining != 300 {
 		t.Fatalf("stranger's return credited: %+v", r)
 	}
 }
 
 func TestHeldReportLowersHolding(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
-	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Held: Amount{0, 30}})
-	if r.Held != (Amount{0, 30}) {
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Held: ration.Amount{Requests: 0, Tokens: 30}})
+	if r.Held != (ration.Amount{Requests: 0, Tokens: 30}) {
 		t.Fatalf("held %+v, want 30 tokens", r.Held)
 	}
 	// A held report above the holding does not raise it.
-	r = acq(t, l, caller("a", 1, 3), AcquireKey{Key: "k", Limits: tpm(600), Held: Amount{0, 500}, Returned: Amount{0, 500}})
-	if r.Held != (Amount{}) || r.Returned != (Amount{0, 30}) {
+	r = acq(t, l, caller("a", 1, 3), AcquireKey{Key: "k", Limits: tpm(600), Held: ration.Amount{Requests: 0, Tokens: 500}, Returned: ration.Amount{Requests: 0, Tokens: 500}})
+	if r.Held != (ration.Amount{}) || r.Returned != (ration.Amount{Requests: 0, Tokens: 30}) {
 		t.Fatalf("held %+v returned %+v, want 0 held, 30 credited", r.Held, r.Returned)
 	}
 }
@@ -94,7 +96,7 @@ func TestHeldReportLowersHolding(t *testing.T) {
 func TestExactlyOnce(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{1, 100}}}
+	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}}}
 	r1, err := l.Acquire(ctx, caller("a", 1, 5), k)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +110,7 @@ func TestExactlyOnce(t *testing.T) {
 	if dump(l) != before {
 		t.Fatal("retry changed the ledger")
 	}
-	other := []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{1, 101}}}
+	other := []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 101}}}
 	_, err = l.Acquire(ctx, caller("a", 1, 5), other)
 	wantErr(t, err, ErrSequenceReused)
 	_, err = l.ReserveAhead(ctx, caller("a", 1, 5), []ReserveKey{{Key: "k", Limits: tpm(600)}})
@@ -129,9 +131,9 @@ func TestExactlyOnce(t *testing.T) {
 func TestNewEpochStartsWithNothing(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
-	r := acq(t, l, caller("a", 2, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: Amount{0, 100}})
-	if r.Returned != (Amount{}) || r.Held != (Amount{}) {
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	r := acq(t, l, caller("a", 2, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 100}})
+	if r.Returned != (ration.Amount{}) || r.Held != (ration.Amount{}) {
 		t.Fatalf("new epoch: returned %+v held %+v, want nothing", r.Returned, r.Held)
 	}
 	if r.ActiveSpenders != 2 || r.Snapshot.Tokens.Remaining != 500 {
@@ -149,14 +151,14 @@ func TestNewEpochStartsWithNothing(t *testing.T) {
 func TestRelease(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
-	acq(t, l, caller("a", 1, 2), AcquireKey{Key: "j", Limits: tpm(600), Want: Amount{0, 200}})
-	rel := []ReleaseKey{{Key: "k", Limits: tpm(600), Returned: Amount{0, 70}, Debt: Amount{0, 10}}}
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	acq(t, l, caller("a", 1, 2), AcquireKey{Key: "j", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 200}})
+	rel := []ReleaseKey{{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 70}, Debt: ration.Amount{Requests: 0, Tokens: 10}}}
 	r, err := l.Release(ctx, caller("a", 1, 3), rel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Returned[0] != (Amount{0, 70}) {
+	if r.Returned[0] != (ration.Amount{Requests: 0, Tokens: 70}) {
 		t.Fatalf("credited %+v, want 70 tokens", r.Returned[0])
 	}
 	if st := l.Stats(); st.Holdings != 0 {
@@ -177,8 +179,8 @@ func TestRelease(t *testing.T) {
 
 func TestDebtGoesBelowZero(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Debt: Amount{0, 1000}})
-	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Need: Amount{0, 1}, Want: Amount{0, 1}})
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Debt: ration.Amount{Requests: 0, Tokens: 1000}})
+	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: 0, Tokens: 1}, Want: ration.Amount{Requests: 0, Tokens: 1}})
 	// level -400: one token needs 401 tokens of refill at 10/s.
 	if r.Status != StatusNotCovered || r.RetryAfter != 40100*time.Millisecond || r.Snapshot.Tokens.Remaining != 0 {
 		t.Fatalf("got %+v, want not covered for 40.1s", r)
@@ -188,32 +190,32 @@ func TestDebtGoesBelowZero(t *testing.T) {
 func TestReserveAhead(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 600}})
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
 	res, err := l.ReserveAhead(ctx, caller("b", 1, 1), []ReserveKey{
-		{Key: "k", Limits: tpm(600), Cost: Amount{1, 50}, MaxWait: 10 * time.Second},
+		{Key: "k", Limits: tpm(600), Cost: ration.Amount{Requests: 1, Tokens: 50}, MaxWait: 10 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := res.Keys[0]; r.Status != StatusOK || r.Wait != 5*time.Second || r.Held != (Amount{1, 50}) {
+	if r := res.Keys[0]; r.Status != StatusOK || r.Wait != 5*time.Second || r.Held != (ration.Amount{Requests: 1, Tokens: 50}) {
 		t.Fatalf("got %+v, want reserved for 5s", r)
 	}
 	res, err = l.ReserveAhead(ctx, caller("c", 1, 1), []ReserveKey{
-		{Key: "k", Limits: tpm(600), Cost: Amount{1, 100}, MaxWait: 14 * time.Second},
-		{Key: "k2", Limits: tpm(600), Cost: Amount{1, 601}, MaxWait: time.Hour},
+		{Key: "k", Limits: tpm(600), Cost: ration.Amount{Requests: 1, Tokens: 100}, MaxWait: 14 * time.Second},
+		{Key: "k2", Limits: tpm(600), Cost: ration.Amount{Requests: 1, Tokens: 601}, MaxWait: time.Hour},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The first reservation left -50: 100 more need 150 tokens, 15 s.
-	if r := res.Keys[0]; r.Status != StatusTooLate || r.Wait != 15*time.Second || r.Held != (Amount{}) || r.ActiveSpenders != 2 {
+	if r := res.Keys[0]; r.Status != StatusTooLate || r.Wait != 15*time.Second || r.Held != (ration.Amount{}) || r.ActiveSpenders != 2 {
 		t.Fatalf("got %+v, want too late by 15s, nothing held, 2 active", r)
 	}
 	if r := res.Keys[1]; r.Status != StatusTooLarge {
 		t.Fatalf("got %+v, want too large", r)
 	}
 	clk.Advance(5 * time.Second)
-	r := acq(t, l, caller("d", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Need: Amount{0, 1}})
+	r := acq(t, l, caller("d", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: 0, Tokens: 1}})
 	if r.Status != StatusNotCovered || r.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("after the reserved wait the level is 0: %+v", r)
 	}
@@ -222,7 +224,7 @@ func TestReserveAhead(t *testing.T) {
 func TestLimitChangeDoesNotMint(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 600}})
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
 	r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(1200)})
 	if r.Snapshot.Tokens.Remaining != 0 || r.Snapshot.Tokens.Limit != 1200 {
 		t.Fatalf("raised limit minted tokens: %+v", r.Snapshot.Tokens)
@@ -232,7 +234,7 @@ func TestLimitChangeDoesNotMint(t *testing.T) {
 	if r.Snapshot.Tokens.Remaining != 20 {
 		t.Fatalf("refill at the new rate: %+v, want 20", r.Snapshot.Tokens)
 	}
-	r = acq(t, l, caller("b", 1, 3), AcquireKey{Key: "k", Limits: Limits{RPM: 600}, Want: Amount{0, 12345}})
+	r = acq(t, l, caller("b", 1, 3), AcquireKey{Key: "k", Limits: ration.Limits{RPM: 600}, Want: ration.Amount{Requests: 0, Tokens: 12345}})
 	if r.Granted.Tokens != 12345 || r.Snapshot.Tokens != (DimSnapshot{}) {
 		t.Fatalf("unlimited tokens: %+v", r)
 	}
@@ -240,8 +242,8 @@ func TestLimitChangeDoesNotMint(t *testing.T) {
 
 func TestUnlimitedKeyKeepsNoState(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Want: Amount{7, 9}})
-	if r.Status != StatusOK || r.Granted != (Amount{7, 9}) || r.Held != (Amount{}) {
+	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Want: ration.Amount{Requests: 7, Tokens: 9}})
+	if r.Status != StatusOK || r.Granted != (ration.Amount{Requests: 7, Tokens: 9}) || r.Held != (ration.Amount{}) {
 		t.Fatalf("got %+v", r)
 	}
 	if st := l.Stats(); st.Keys != 0 {
@@ -260,7 +262,7 @@ func TestReturnedTokensDoNotAccumulate(t *testing.T) {
 		clk := newFakeClock()
 		ttl := 100 * time.Second
 		l := newLedger(t, clk, WithTTL(ttl), WithStrict(strict))
-		lim := Limits{TPM: 60} // C = 60, rho = 1/s
+		lim := ration.Limits{TPM: 60} // C = 60, rho = 1/s
 		capK := int64(60 + 100)
 		if strict {
 			capK = 60
@@ -273,15 +275,15 @@ func TestReturnedTokensDoNotAccumulate(t *testing.T) {
 				old := held[who]
 				seq[who]++
 				r := acq(t, l, caller(who, 1, seq[who]), AcquireKey{
-					Key: "k", Limits: lim, Want: Amount{0, 1 << 40}, Held: Amount{0, old},
+					Key: "k", Limits: lim, Want: ration.Amount{Requests: 0, Tokens: 1 << 40}, Held: ration.Amount{Requests: 0, Tokens: old},
 				})
 				fresh := r.Granted.Tokens
 				// ...then return the old lease into the emptied bucket and
 				// take it again with a fresh expiry.
 				seq[who]++
 				r = acq(t, l, caller(who, 1, seq[who]), AcquireKey{
-					Key: "k", Limits: lim, Want: Amount{0, 1 << 40},
-					Returned: Amount{0, old}, Held: Amount{0, fresh},
+					Key: "k", Limits: lim, Want: ration.Amount{Requests: 0, Tokens: 1 << 40},
+					Returned: ration.Amount{Requests: 0, Tokens: old}, Held: ration.Amount{Requests: 0, Tokens: fresh},
 				})
 				held[who] = fresh + r.Granted.Tokens
 				if total := held["a"] + held["b"] + r.Snapshot.Tokens.Remaining; total > capK {
@@ -307,7 +309,7 @@ func TestStrictModeCountsHoldingsAgainstCapacity(t *testing.T) {
 	} {
 		clk := newFakeClock()
 		l := newLedger(t, clk, WithStrict(tc.strict))
-		acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 600}})
+		acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
 		clk.Advance(30 * time.Second)
 		r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600)})
 		if r.Snapshot.Tokens.Remaining != tc.want {
@@ -319,7 +321,7 @@ func TestStrictModeCountsHoldingsAgainstCapacity(t *testing.T) {
 func TestSweepDropsIdleKeysAndSessions(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk, WithSessionRetention(time.Minute))
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 300}})
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 300}})
 	if k, s, err := l.Sweep(ctx); err != nil || k != 0 || s != 0 {
 		t.Fatalf("sweep of a busy key: %d %d %v", k, s, err)
 	}
@@ -346,7 +348,7 @@ func TestSweepDropsIdleKeysAndSessions(t *testing.T) {
 
 func TestLostSessionDoesNotReapplyKeys(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{0, 100}}}
+	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}}}
 	if _, err := l.Acquire(ctx, caller("a", 1, 1), k); err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +359,7 @@ func TestLostSessionDoesNotReapplyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g := r.Keys[0]; g.Granted != (Amount{}) || g.Held != (Amount{0, 100}) || g.Snapshot.Tokens.Remaining != 500 {
+	if g := r.Keys[0]; g.Granted != (ration.Amount{}) || g.Held != (ration.Amount{Requests: 0, Tokens: 100}) || g.Snapshot.Tokens.Remaining != 500 {
 		t.Fatalf("reapplied: %+v", g)
 	}
 }
@@ -365,10 +367,12 @@ func TestLostSessionDoesNotReapplyKeys(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
 	before := dump(l)
-	good := func() AcquireKey { return AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 1}} }
-	many := make([]AcquireKey, MaxBatch+1)
+	good := func() AcquireKey {
+		return AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 1}}
+	}
+	many := make([]AcquireKey, ration.MaxBatch+1)
 	for i := range many {
 		many[i] = good()
 		many[i].Key = "k" + itoa(i)
@@ -380,24 +384,24 @@ func TestBadInputChangesNothing(t *testing.T) {
 		field string
 	}{
 		{"empty spender", caller("", 1, 2), []AcquireKey{good()}, "caller.spender_id"},
-		{"long spender", caller(strings.Repeat("s", MaxSpenderIDLen+1), 1, 2), []AcquireKey{good()}, "caller.spender_id"},
+		{"long spender", caller(strings.Repeat("s", ration.MaxSpenderIDLen+1), 1, 2), []AcquireKey{good()}, "caller.spender_id"},
 		{"zero epoch", caller("a", 0, 2), []AcquireKey{good()}, "caller.epoch"},
 		{"zero sequence", caller("a", 1, 0), []AcquireKey{good()}, "caller.sequence"},
 		{"empty batch", caller("a", 1, 2), nil, "keys"},
 		{"batch too large", caller("a", 1, 2), many, "keys"},
 		{"empty key", caller("a", 1, 2), []AcquireKey{good(), {Limits: tpm(600)}}, "keys[1].key"},
-		{"long key", caller("a", 1, 2), []AcquireKey{{Key: strings.Repeat("k", MaxKeyLen+1), Limits: tpm(600)}}, "keys[0].key"},
+		{"long key", caller("a", 1, 2), []AcquireKey{{Key: strings.Repeat("k", ration.MaxKeyLen+1), Limits: tpm(600)}}, "keys[0].key"},
 		{"duplicate key", caller("a", 1, 2), []AcquireKey{good(), good()}, "keys[1].key"},
-		{"negative want", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{0, -1}}}, "keys[0].want.tokens"},
-		{"negative need", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Need: Amount{-1, 0}}}, "keys[0].need.requests"},
-		{"negative returned", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Returned: Amount{0, -5}}}, "keys[0].returned.tokens"},
-		{"negative held", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Held: Amount{0, -5}}}, "keys[0].held.tokens"},
-		{"negative debt", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Debt: Amount{0, -5}}}, "keys[0].debt.tokens"},
-		{"negative rate", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), SpendRate: Amount{0, -5}}}, "keys[0].spend_rate.tokens"},
-		{"huge amount", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{0, 1 << 62}}}, "keys[0].want.tokens"},
-		{"negative rpm", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: Limits{RPM: -1}}}, "keys[0].limits.rpm"},
-		{"tpm too large", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: Limits{TPM: MaxRate + 1}}}, "keys[0].limits.tpm"},
-		{"negative burst", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: Limits{TPM: 5, BurstTokens: -1}}}, "keys[0].limits.burst_tokens"},
+		{"negative want", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: -1}}}, "keys[0].want.tokens"},
+		{"negative need", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: -1, Tokens: 0}}}, "keys[0].need.requests"},
+		{"negative returned", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].returned.tokens"},
+		{"negative held", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Held: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].held.tokens"},
+		{"negative debt", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Debt: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].debt.tokens"},
+		{"negative rate", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), SpendRate: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].spend_rate.tokens"},
+		{"huge amount", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 1 << 62}}}, "keys[0].want.tokens"},
+		{"negative rpm", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{RPM: -1}}}, "keys[0].limits.rpm"},
+		{"tpm too large", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: ration.MaxRate + 1}}}, "keys[0].limits.tpm"},
+		{"negative burst", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, BurstTokens: -1}}}, "keys[0].limits.burst_tokens"},
 	} {
 		_, err := l.Acquire(ctx, tc.c, tc.keys)
 		var ie *InputError
@@ -415,11 +419,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if ie := (*InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].max_wait_us" {
 		t.Errorf("max wait: %v", err)
 	}
-	_, err = l.ReserveAhead(ctx, caller("a", 1, 2), []ReserveKey{{Key: "k", Limits: tpm(600), Cost: Amount{-1, 0}}})
+	_, err = l.ReserveAhead(ctx, caller("a", 1, 2), []ReserveKey{{Key: "k", Limits: tpm(600), Cost: ration.Amount{Requests: -1, Tokens: 0}}})
 	if ie := (*InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].cost.requests" {
 		t.Errorf("negative cost: %v", err)
 	}
-	_, err = l.Release(ctx, caller("a", 1, 2), []ReleaseKey{{Key: "k", Limits: tpm(600), Returned: Amount{0, -1}}})
+	_, err = l.Release(ctx, caller("a", 1, 2), []ReleaseKey{{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: -1}}})
 	if ie := (*InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].returned.tokens" {
 		t.Errorf("negative release: %v", err)
 	}
@@ -430,7 +434,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 
 func TestDuplicateKeysInALargeBatch(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	for _, n := range []int{17, 64, MaxBatch} {
+	for _, n := range []int{17, 64, ration.MaxBatch} {
 		keys := make([]AcquireKey, n)
 		for i := range keys {
 			keys[i] = AcquireKey{Key: "key-" + itoa(i), Limits: tpm(600)}
@@ -456,11 +460,11 @@ func TestDuplicateKeysInALargeBatch(t *testing.T) {
 func TestReserveAheadWaitsForTheCap(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk, WithStrict(true), WithTTL(10*time.Second))
-	lim := Limits{TPM: 200} // 10 tokens every 3 s
-	if g := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: lim, Want: Amount{0, 52}}); g.Granted.Tokens != 52 {
+	lim := ration.Limits{TPM: 200} // 10 tokens every 3 s
+	if g := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 0, Tokens: 52}}); g.Granted.Tokens != 52 {
 		t.Fatalf("granted %d, want 52", g.Granted.Tokens)
 	}
-	r, err := l.ReserveAhead(ctx, caller("b", 1, 1), []ReserveKey{{Key: "k", Limits: lim, Cost: Amount{0, 150}, MaxWait: time.Second}})
+	r, err := l.ReserveAhead(ctx, caller("b", 1, 1), []ReserveKey{{Key: "k", Limits: lim, Cost: ration.Amount{Requests: 0, Tokens: 150}, MaxWait: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +472,7 @@ func TestReserveAheadWaitsForTheCap(t *testing.T) {
 		t.Fatalf("reserve 150 beside a holding of 52 under a cap of 200: %v after %v; want TooLate, waiting past the holding's expiry", got.Status, got.Wait)
 	}
 	// A cost the level covers now needs no wait, cap or not.
-	r, err = l.ReserveAhead(ctx, caller("b", 1, 2), []ReserveKey{{Key: "k", Limits: lim, Cost: Amount{0, 140}, MaxWait: time.Second}})
+	r, err = l.ReserveAhead(ctx, caller("b", 1, 2), []ReserveKey{{Key: "k", Limits: lim, Cost: ration.Amount{Requests: 0, Tokens: 140}, MaxWait: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,21 +501,21 @@ func TestWaitsOnTheWireDoNotOverflow(t *testing.T) {
 func TestAcquireAfterKeyDroppedAndRecreated(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	keys := []AcquireKey{{Key: "k1", Limits: tpm(600), Want: Amount{1, 100}}, {Key: "k2", Limits: tpm(600), Want: Amount{1, 100}}}
+	keys := []AcquireKey{{Key: "k1", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}}, {Key: "k2", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}}}
 	if _, err := l.Acquire(ctx, caller("a", 1, 1), keys); err != nil {
 		t.Fatal(err)
 	}
 	// b makes k1 unlimited (dropped), then limited again (a new, full state).
-	acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k1", Want: Amount{0, 1}})
-	acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k1", Limits: tpm(600), Want: Amount{0, 50}})
+	acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k1", Want: ration.Amount{Requests: 0, Tokens: 1}})
+	acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k1", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 50}})
 	r, err := l.Acquire(ctx, caller("a", 1, 2), keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := r.Keys[0]; k.Held != (Amount{1, 100}) || k.ActiveSpenders != 2 || k.Snapshot.Tokens.Remaining != 450 {
+	if k := r.Keys[0]; k.Held != (ration.Amount{Requests: 1, Tokens: 100}) || k.ActiveSpenders != 2 || k.Snapshot.Tokens.Remaining != 450 {
 		t.Fatalf("k1 after it was recreated: %+v, want a fresh holding next to b's", k)
 	}
-	if k := r.Keys[1]; k.Held != (Amount{1, 100}) || k.ActiveSpenders != 1 || k.Snapshot.Tokens.Remaining != 400 {
+	if k := r.Keys[1]; k.Held != (ration.Amount{Requests: 1, Tokens: 100}) || k.ActiveSpenders != 1 || k.Snapshot.Tokens.Remaining != 400 {
 		t.Fatalf("k2: %+v", k)
 	}
 	// Everything expires and refills: Sweep drops both keys; c recreates k2.
@@ -519,12 +523,12 @@ func TestAcquireAfterKeyDroppedAndRecreated(t *testing.T) {
 	if n, _, err := l.Sweep(ctx); err != nil || n != 2 {
 		t.Fatalf("sweep dropped %d keys (%v), want 2", n, err)
 	}
-	acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k2", Limits: tpm(600), Want: Amount{0, 10}})
+	acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k2", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 10}})
 	r, err = l.Acquire(ctx, caller("a", 1, 3), keys)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k := r.Keys[1]; k.Held != (Amount{1, 100}) || k.ActiveSpenders != 2 || k.Snapshot.Tokens.Remaining != 490 {
+	if k := r.Keys[1]; k.Held != (ration.Amount{Requests: 1, Tokens: 100}) || k.ActiveSpenders != 2 || k.Snapshot.Tokens.Remaining != 490 {
 		t.Fatalf("k2 after sweep: %+v, want a fresh holding next to c's", k)
 	}
 	if len(l.keys) != 2 || l.keys["k1"] == nil || l.keys["k2"] == nil {
@@ -537,8 +541,8 @@ func TestAcquireAfterKeyDroppedAndRecreated(t *testing.T) {
 // a map would, for batches small and large with many repeats.
 func TestCheckDuplicatesMatchesMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.IntRange(0, MaxBatch).Draw(t, "n")
-		alphabet := rapid.IntRange(1, 2*MaxBatch).Draw(t, "alphabet")
+		n := rapid.IntRange(0, ration.MaxBatch).Draw(t, "n")
+		alphabet := rapid.IntRange(1, 2*ration.MaxBatch).Draw(t, "alphabet")
 		keys := make([]string, n)
 		for i := range keys {
 			keys[i] = "k" + itoa(rapid.IntRange(0, alphabet-1).Draw(t, "key"))
@@ -573,20 +577,20 @@ func TestCheckDuplicatesMatchesMap(t *testing.T) {
 func TestFirstHoldingInline(t *testing.T) {
 	k := &keyState{}
 	i := k.holdingFor("a", 1, 100)
-	k.holds[i].held, k.holds[i].expiry = Amount{1, 10}, 500
+	k.holds[i].held, k.holds[i].expiry = ration.Amount{Requests: 1, Tokens: 10}, 500
 	if &k.holds[0] != &k.hold0[0] {
 		t.Fatal("the first holding is not inline")
 	}
 	j := k.holdingFor("b", 2, 200)
-	k.holds[j].held, k.holds[j].expiry = Amount{2, 20}, 900
+	k.holds[j].held, k.holds[j].expiry = ration.Amount{Requests: 2, Tokens: 20}, 900
 	if &k.holds[0] == &k.hold0[0] || len(k.holds) != 2 {
 		t.Fatal("a second holding did not move the holdings off the inline slot")
 	}
-	if h := k.holds[k.find("a", 1)]; h.held != (Amount{1, 10}) || h.expiry != 500 {
+	if h := k.holds[k.find("a", 1)]; h.held != (ration.Amount{Requests: 1, Tokens: 10}) || h.expiry != 500 {
 		t.Fatalf("a's holding after the move: %+v", h)
 	}
 	k.expire(600)
-	if len(k.holds) != 1 || k.holds[0].spender != "b" || k.holds[0].held != (Amount{2, 20}) {
+	if len(k.holds) != 1 || k.holds[0].spender != "b" || k.holds[0].held != (ration.Amount{Requests: 2, Tokens: 20}) {
 		t.Fatalf("after a's expiry: %+v", k.holds)
 	}
 	if i := k.holdingFor("c", 1, 600); k.holds[i].spender != "c" || k.find("b", 2) < 0 {

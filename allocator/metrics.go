@@ -5,6 +5,7 @@ import (
 
 	"connectrpc.com/connect/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rationhq/ration"
 )
 
 // Metrics are the allocator's Prometheus metrics, registered on a
@@ -121,7 +122,7 @@ func (m *Metrics) call(method string, start time.Time, err *connect.Error) {
 	m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
 }
 
-func (m *Metrics) add(v *prometheus.CounterVec, a Amount) {
+func (m *Metrics) add(v *prometheus.CounterVec, a ration.Amount) {
 	if a.Requests > 0 {
 		v.WithLabelValues("requests").Add(float64(a.Requests))
 	}
@@ -140,7 +141,7 @@ func (m *Metrics) acquired(keys []AcquireKey, r *AcquireReply) {
 	if m == nil {
 		return
 	}
-	var g, ret, debt Amount
+	var g, ret, debt ration.Amount
 	for i := range r.Keys {
 		x := &r.Keys[i]
 		g.Requests, g.Tokens = g.Requests+x.Granted.Requests, g.Tokens+x.Granted.Tokens
@@ -157,7 +158,7 @@ func (m *Metrics) reserved(keys []ReserveKey, r *ReserveReply) {
 	if m == nil {
 		return
 	}
-	var g Amount
+	var g ration.Amount
 	for i := range r.Keys {
 		if r.Keys[i].Status == StatusOK {
 			g.Requests, g.Tokens = g.Requests+keys[i].Cost.Requests, g.Tokens+keys[i].Cost.Tokens
@@ -171,7 +172,7 @@ func (m *Metrics) released(r *ReleaseReply) {
 	if m == nil {
 		return
 	}
-	var ret Amount
+	var ret ration.Amount
 	for _, a := range r.Returned {
 		ret.Requests, ret.Tokens = ret.Requests+a.Requests, ret.Tokens+a.Tokens
 	}

@@ -3,6 +3,8 @@ package allocator
 import (
 	"log/slog"
 	"time"
+
+	"github.com/rationhq/ration"
 )
 
 // Option configures a Ledger.
@@ -13,7 +15,7 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	clock          Clock
+	clock          ration.Clock
 	ttl            time.Duration
 	strict         bool
 	policy         Policy
@@ -27,7 +29,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		clock:     SystemClock{},
+		clock:     ration.SystemClock{},
 		ttl:       10 * time.Second,
 		policy:    ShareByRate{},
 		logger:    slog.New(slog.DiscardHandler),
@@ -37,7 +39,7 @@ func defaultConfig() config {
 }
 
 // WithClock sets the clock; default SystemClock.
-func WithClock(c Clock) Option { return optionFunc(func(cfg *config) { cfg.clock = c }) }
+func WithClock(c ration.Clock) Option { return optionFunc(func(cfg *config) { cfg.clock = c }) }
 
 // WithTTL sets the lease time to live, 1 ms to 1 h; default 10 s. It enters
 // the bound (C + rho*(t + TTL) in default mode).

@@ -3,6 +3,8 @@ package allocator
 import (
 	"math/bits"
 	"time"
+
+	"github.com/rationhq/ration"
 )
 
 // Policy sizes leases: given one spender's demand on one dimension of a
@@ -93,7 +95,7 @@ func ratePer(rate int64, h time.Duration) int64 {
 	}
 	hi, lo := bits.Mul64(uint64(rate), uint64(h))
 	if hi >= uint64(time.Minute) {
-		return MaxAmount
+		return ration.MaxAmount
 	}
 	var q, r uint64
 	if hi == 0 { // the usual case: a division by a constant, no 128-bit divide
@@ -104,8 +106,8 @@ func ratePer(rate int64, h time.Duration) int64 {
 	if r != 0 {
 		q++
 	}
-	if q > MaxAmount {
-		return MaxAmount
+	if q > ration.MaxAmount {
+		return ration.MaxAmount
 	}
 	return int64(q)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"pgregory.net/rapid"
 )
 
@@ -13,7 +14,7 @@ import (
 // (a 128-bit one).
 func TestRatePerMatchesBigInt(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		rate := rapid.OneOf(rapid.Int64Range(-1, 1000), rapid.Int64Range(0, MaxRate), rapid.Int64Range(0, 1<<62)).Draw(t, "rate")
+		rate := rapid.OneOf(rapid.Int64Range(-1, 1000), rapid.Int64Range(0, ration.MaxRate), rapid.Int64Range(0, 1<<62)).Draw(t, "rate")
 		h := time.Duration(rapid.OneOf(rapid.Int64Range(-1, int64(time.Second)), rapid.Int64Range(0, int64(time.Hour)), rapid.Int64Range(0, 1<<62)).Draw(t, "h"))
 		want := int64(0)
 		if rate > 0 && h > 0 {
@@ -22,8 +23,8 @@ func TestRatePerMatchesBigInt(t *testing.T) {
 			if r.Sign() != 0 {
 				q.Add(q, big.NewInt(1))
 			}
-			want = MaxAmount
-			if q.Cmp(big.NewInt(MaxAmount)) < 0 {
+			want = ration.MaxAmount
+			if q.Cmp(big.NewInt(ration.MaxAmount)) < 0 {
 				want = q.Int64()
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 	"pgregory.net/rapid"
 )
@@ -31,12 +32,12 @@ import (
 
 type propKey struct {
 	name string
-	lim  Limits
+	lim  ration.Limits
 }
 
 var propKeys = []propKey{
-	{"k0", Limits{RPM: 60, TPM: 600}},
-	{"k1", Limits{RPM: 30, TPM: 120, BurstTokens: 200}},
+	{"k0", ration.Limits{RPM: 60, TPM: 600}},
+	{"k1", ration.Limits{RPM: 30, TPM: 120, BurstTokens: 200}},
 }
 
 const propTTL = 10 * time.Second
@@ -44,17 +45,17 @@ const propTTL = 10 * time.Second
 type admission struct {
 	at  bucket.Instant
 	key int
-	amt Amount
+	amt ration.Amount
 }
 
 type pendingRes struct {
 	key int
-	amt Amount
+	amt ration.Amount
 	at  bucket.Instant
 }
 
 type heldView struct {
-	held Amount
+	held ration.Amount
 	exp  bucket.Instant
 }
 
@@ -75,7 +76,7 @@ type modelSpender struct {
 	epoch   uint64
 	seq     uint64
 	applied uint64 // the highest sequence the ledger applied in this epoch
-	pool    [2]Amount
+	pool    [2]ration.Amount
 	exp     [2]bucket.Instant
 	pending []pendingRes
 	last    *lastCall
@@ -92,7 +93,7 @@ type propHarness struct {
 	failNext atomic.Bool
 	spenders []*modelSpender
 	adm      []admission
-	debt     [2]Amount
+	debt     [2]ration.Amount
 }
 
 func (h *propHarness) now() bucket.Instant { return bucket.InstantOf(unixEpoch, h.clk.Now()) }
@@ -151,7 +152,7 @@ func (s *modelSpender) caller() Caller {
 	return Caller{SpenderID: s.id, Epoch: s.epoch, Sequence: s.seq}
 }
 
-func (s *modelSpender) pendingOn(k int) (a Amount) {
+func (s *modelSpender) pendingOn(k int) (a ration.Amount) {
 	for _, p := range s.pending {
 		if p.key == k {
 			a.Requests += p.amt.Requests
@@ -161,9 +162,9 @@ func (s *modelSpender) pendingOn(k int) (a Amount) {
 	return a
 }
 
-func amountGen(max int64) *rapid.Generator[Amount] {
-	return rapid.Custom(func(t *rapid.T) Amount {
-		return Amount{Requests: rapid.Int64Range(0, max/10+1).Draw(t, "r"), Tokens: rapid.Int64Range(0, max).Draw(t, "t")}
+func amountGen(max int64) *rapid.Generator[ration.Amount] {
+	return rapid.Custom(func(t *rapid.T) ration.Amount {
+		return ration.Amount{Requests: rapid.Int64Range(0, max/10+1).Draw(t, "r"), Tokens: rapid.Int64Range(0, max).Draw(t, "t")}
 	})
 }
 
@@ -195,7 +196,7 @@ func (h *propHarness) advance(d time.Duration) {
 			s.pending = kept
 			for k := range s.pool {
 				if s.exp[k] <= h.now() {
-					s.pool[k] = Amount{}
+					s.pool[k] = ration.Amount{}
 				}
 			}
 		}
@@ -207,11 +208,11 @@ func (h *propHarness) advance(d time.Duration) {
 
 // checkReturn checks a credited return against the ledger's last word on
 // the holding, then records the new holding.
-func (h *propHarness) checkReturn(s *modelSpender, epoch uint64, k int, credited, held Amount, exp bucket.Instant) {
+func (h *propHarness) checkReturn(s *modelSpender, epoch uint64, k int, credited, held ration.Amount, exp bucket.Instant) {
 	v := &s.viewOf(epoch)[k]
 	limit := v.held
 	if v.exp <= h.now() {
-		limit = Amount{}
+		limit = ration.Amount{}
 	}
 	if credited.Requests > limit.Requests || credited.Tokens > limit.Tokens {
 		h.t.Fatalf("spender %s key %d: credited return %+v exceeds holding %+v", s.id, k, credited, limit)
@@ -232,16 +233,16 @@ func (h *propHarness) acquire(t *rapid.T, s *modelSpender) {
 		}
 		ak.SpendRate = amountGen(600).Draw(t, "rate")
 		if s.liar {
-			ak.Returned = Amount{s.pool[k].Requests + rapid.Int64Range(0, 50).Draw(t, "xr"), s.pool[k].Tokens + rapid.Int64Range(0, 500).Draw(t, "xt")}
+			ak.Returned = ration.Amount{Requests: s.pool[k].Requests + rapid.Int64Range(0, 50).Draw(t, "xr"), Tokens: s.pool[k].Tokens + rapid.Int64Range(0, 500).Draw(t, "xt")}
 			ak.Held = amountGen(1000).Draw(t, "lie")
-			s.pool[k] = Amount{}
+			s.pool[k] = ration.Amount{}
 		} else {
-			ret := Amount{rapid.Int64Range(0, s.pool[k].Requests).Draw(t, "rr"), rapid.Int64Range(0, s.pool[k].Tokens).Draw(t, "rt")}
+			ret := ration.Amount{Requests: rapid.Int64Range(0, s.pool[k].Requests).Draw(t, "rr"), Tokens: rapid.Int64Range(0, s.pool[k].Tokens).Draw(t, "rt")}
 			ak.Returned = ret
 			s.pool[k].Requests -= ret.Requests
 			s.pool[k].Tokens -= ret.Tokens
 			p := s.pendingOn(k)
-			ak.Held = Amount{s.pool[k].Requests + p.Requests, s.pool[k].Tokens + p.Tokens}
+			ak.Held = ration.Amount{Requests: s.pool[k].Requests + p.Requests, Tokens: s.pool[k].Tokens + p.Tokens}
 			if rapid.IntRange(0, 5).Draw(t, "overrun") == 0 {
 				ak.Debt = amountGen(30).Draw(t, "debt")
 				h.adm = append(h.adm, admission{at: h.now(), key: k, amt: ak.Debt})
@@ -346,7 +347,7 @@ func (h *propHarness) observe(s *modelSpender, c *lastCall) {
 			if g.Status == StatusOK {
 				exp = h.now().Add(g.Wait + propTTL)
 			}
-			h.checkReturn(s, s.epoch, k, Amount{}, g.Held, exp)
+			h.checkReturn(s, s.epoch, k, ration.Amount{}, g.Held, exp)
 		}
 	}
 }
@@ -367,7 +368,7 @@ func (h *propHarness) deliver(s *modelSpender, c *lastCall) {
 		for i, ak := range c.acquire {
 			k := keyIndex(ak.Key)
 			if s.exp[k] <= h.now() {
-				s.pool[k] = Amount{}
+				s.pool[k] = ration.Amount{}
 			}
 			g := r.Keys[i].Granted
 			s.pool[k].Requests += g.Requests
@@ -401,7 +402,7 @@ func (h *propHarness) consume(t *rapid.T) {
 	if s.exp[k] <= h.now() {
 		return
 	}
-	a := Amount{rapid.Int64Range(0, s.pool[k].Requests).Draw(t, "cr"), rapid.Int64Range(0, s.pool[k].Tokens).Draw(t, "ct")}
+	a := ration.Amount{Requests: rapid.Int64Range(0, s.pool[k].Requests).Draw(t, "cr"), Tokens: rapid.Int64Range(0, s.pool[k].Tokens).Draw(t, "ct")}
 	s.pool[k].Requests -= a.Requests
 	s.pool[k].Tokens -= a.Tokens
 	h.adm = append(h.adm, admission{at: h.now(), key: k, amt: a})
@@ -422,7 +423,7 @@ func (h *propHarness) release(t *rapid.T, s *modelSpender) {
 		t.Fatalf("release: %v", err)
 	}
 	for k := range propKeys {
-		h.checkReturn(s, s.epoch, k, r.Returned[k], Amount{}, 0)
+		h.checkReturn(s, s.epoch, k, r.Returned[k], ration.Amount{}, 0)
 		s.viewOf(s.epoch)[k] = heldView{}
 	}
 	h.newEpoch(s)
@@ -431,7 +432,7 @@ func (h *propHarness) release(t *rapid.T, s *modelSpender) {
 func (h *propHarness) newEpoch(s *modelSpender) {
 	s.epoch++
 	s.seq, s.applied = 0, 0
-	s.pool = [2]Amount{}
+	s.pool = [2]ration.Amount{}
 	s.pending = nil
 	s.last = nil
 }
@@ -441,11 +442,11 @@ func (h *propHarness) check() {
 	now := h.now()
 	for k, pk := range propKeys {
 		for d := 0; d < 2; d++ {
-			lim, on := dimLimit(pk.lim.RPM, pk.lim.BurstRequests)
-			pick := func(a Amount) int64 { return a.Requests }
+			lim, on := pk.lim.RequestLimit()
+			pick := func(a ration.Amount) int64 { return a.Requests }
 			if d == 1 {
-				lim, on = dimLimit(pk.lim.TPM, pk.lim.BurstTokens)
-				pick = func(a Amount) int64 { return a.Tokens }
+				lim, on = pk.lim.TokenLimit()
+				pick = func(a ration.Amount) int64 { return a.Tokens }
 			}
 			if !on {
 				continue
@@ -518,7 +519,7 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 				}
 				before := dump(h.l)
 				_, err := h.l.Acquire(ctx, Caller{SpenderID: s.id, Epoch: s.epoch, Sequence: s.applied - 1},
-					[]AcquireKey{{Key: "k0", Limits: propKeys[0].lim, Want: Amount{1, 1}}})
+					[]AcquireKey{{Key: "k0", Limits: propKeys[0].lim, Want: ration.Amount{Requests: 1, Tokens: 1}}})
 				if !errors.Is(err, ErrStaleSequence) {
 					t.Fatalf("reordered old call: %v, want stale sequence", err)
 				}

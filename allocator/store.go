@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rationhq/ration"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -425,7 +426,7 @@ func (st *store) checkpoint() error {
 			d := &dec{b: v}
 			for len(d.b) > 0 && d.err == nil {
 				op := d.byte()
-				name := d.bytes(max(MaxKeyLen, MaxSpenderIDLen))
+				name := d.bytes(max(ration.MaxKeyLen, ration.MaxSpenderIDLen))
 				var val []byte
 				if op == opKeyPut || op == opSessionPut {
 					m := d.u()
@@ -570,7 +571,7 @@ func (st *store) recover() error {
 	err = st.db.View(func(tx *bolt.Tx) error {
 		err := tx.Bucket(bucketKeys).ForEach(func(k, v []byte) error {
 			ks, err := decodeKey(v)
-			if err != nil || len(k) == 0 || len(k) > MaxKeyLen {
+			if err != nil || len(k) == 0 || len(k) > ration.MaxKeyLen {
 				l.cfg.logger.Warn("allocator: key state not vouched for; it starts empty", "err", err)
 				ks = &keyState{fresh: true, emptyFrom: now}
 				lost++
@@ -584,7 +585,7 @@ func (st *store) recover() error {
 		}
 		return tx.Bucket(bucketSessions).ForEach(func(k, v []byte) error {
 			s, err := decodeSession(v)
-			if err != nil || len(k) == 0 || len(k) > MaxSpenderIDLen {
+			if err != nil || len(k) == 0 || len(k) > ration.MaxSpenderIDLen {
 				l.cfg.logger.Warn("allocator: session not vouched for; forgotten", "spender", string(k), "err", err)
 				lost++
 				return nil

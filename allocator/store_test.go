@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -16,17 +17,17 @@ func TestStoreResumesExactly(t *testing.T) {
 	path := tempDB(t)
 	l := openLedger(t, path, clk)
 	k := []AcquireKey{
-		{Key: "k1", Limits: tpm(600), Want: Amount{1, 100}},
-		{Key: "k2", Limits: Limits{RPM: 60, TPM: 6000, BurstTokens: 9000}, Want: Amount{2, 700}, Debt: Amount{0, 50}},
+		{Key: "k1", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}},
+		{Key: "k2", Limits: ration.Limits{RPM: 60, TPM: 6000, BurstTokens: 9000}, Want: ration.Amount{Requests: 2, Tokens: 700}, Debt: ration.Amount{Requests: 0, Tokens: 50}},
 	}
 	r1, err := l.Acquire(ctx, caller("a", 1, 1), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.ReserveAhead(ctx, caller("b", 3, 7), []ReserveKey{{Key: "k1", Limits: tpm(600), Cost: Amount{1, 550}, MaxWait: time.Minute}}); err != nil {
+	if _, err := l.ReserveAhead(ctx, caller("b", 3, 7), []ReserveKey{{Key: "k1", Limits: tpm(600), Cost: ration.Amount{Requests: 1, Tokens: 550}, MaxWait: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Release(ctx, caller("c", 1, 1), []ReleaseKey{{Key: "k3", Limits: tpm(60), Debt: Amount{0, 5}}}); err != nil {
+	if _, err := l.Release(ctx, caller("c", 1, 1), []ReleaseKey{{Key: "k3", Limits: tpm(60), Debt: ration.Amount{Requests: 0, Tokens: 5}}}); err != nil {
 		t.Fatal(err)
 	}
 	before := dump(l)
@@ -75,7 +76,7 @@ func TestStoreCrashBeforeCommitLosesOnlyUnansweredCalls(t *testing.T) {
 		return nil
 	})
 	l := openLedger(t, path, clk, hook)
-	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: Amount{0, 100}}}
+	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}}}
 	if _, err := l.Acquire(ctx, caller("a", 1, 1), k); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,9 @@ func testFailedCommitIsWrittenByTheNext(t *testing.T, failAt string) {
 		}
 		return nil
 	}))
-	k := func(name string) AcquireKey { return AcquireKey{Key: name, Limits: tpm(600), Want: Amount{0, 100}} }
+	k := func(name string) AcquireKey {
+		return AcquireKey{Key: name, Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}}
+	}
 	acq(t, l, caller("a", 1, 1), k("k1"))
 	fail.Store(true)
 	_, err := l.Acquire(ctx, caller("a", 1, 2), []AcquireKey{k("k1"), k("k2")})
@@ -146,8 +149,8 @@ func TestStoreKeyNotVouchedForStartsEmpty(t *testing.T) {
 	clk := newFakeClock()
 	path := tempDB(t)
 	l := openLedger(t, path, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: Amount{0, 100}})
-	acq(t, l, caller("a", 1, 2), AcquireKey{Key: "ok", Limits: tpm(600), Want: Amount{0, 100}})
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	acq(t, l, caller("a", 1, 2), AcquireKey{Key: "ok", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
 	l.Close()
 	openLedger(t, path, clk).Close() // replays the journal into the buckets
 	db, err := bolt.Open(path, 0o600, nil)
@@ -167,8 +170,8 @@ func TestStoreKeyNotVouchedForStartsEmpty(t *testing.T) {
 	l2 := openLedger(t, path, clk)
 	defer l2.Close()
 	clk.Advance(time.Second)
-	r := acq(t, l2, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: Amount{0, 10}})
-	if r.Snapshot.Tokens.Remaining != 10 || r.Returned != (Amount{}) {
+	r := acq(t, l2, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 10}})
+	if r.Snapshot.Tokens.Remaining != 10 || r.Returned != (ration.Amount{}) {
 		t.Fatalf("lost key: %+v, want an empty bucket refilled for 1 s and no return credited", r)
 	}
 	r = acq(t, l2, caller("b", 1, 2), AcquireKey{Key: "ok", Limits: tpm(600)})
@@ -177,8 +180,8 @@ func TestStoreKeyNotVouchedForStartsEmpty(t *testing.T) {
 	}
 	// The forgotten session: a's holding on "ok" still records sequence 2,
 	// so a repeat of that call changes nothing there.
-	r = acq(t, l2, caller("a", 1, 2), AcquireKey{Key: "ok", Limits: tpm(600), Want: Amount{0, 100}})
-	if r.Granted != (Amount{}) {
+	r = acq(t, l2, caller("a", 1, 2), AcquireKey{Key: "ok", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	if r.Granted != (ration.Amount{}) {
 		t.Fatalf("repeat after a lost session granted %+v", r.Granted)
 	}
 }
@@ -198,8 +201,8 @@ func TestStoreConcurrentCallsArePrefixConsistent(t *testing.T) {
 			id := fmt.Sprintf("s%d", g)
 			for i := uint64(1); i <= 40; i++ {
 				keys := []AcquireKey{
-					{Key: fmt.Sprintf("k%d", i%5), Limits: tpm(6000), Want: Amount{1, 10}, Returned: Amount{0, 3}, Held: Amount{0, 5}},
-					{Key: fmt.Sprintf("k%d", (i+1)%5), Limits: tpm(6000), Want: Amount{1, 10}},
+					{Key: fmt.Sprintf("k%d", i%5), Limits: tpm(6000), Want: ration.Amount{Requests: 1, Tokens: 10}, Returned: ration.Amount{Requests: 0, Tokens: 3}, Held: ration.Amount{Requests: 0, Tokens: 5}},
+					{Key: fmt.Sprintf("k%d", (i+1)%5), Limits: tpm(6000), Want: ration.Amount{Requests: 1, Tokens: 10}},
 				}
 				if _, err := l.Acquire(ctx, caller(id, 1, i), keys); err != nil {
 					t.Error(err)
@@ -238,7 +241,7 @@ func TestStoreCheckpointKeepsState(t *testing.T) {
 	path := tempDB(t)
 	l := openLedger(t, path, clk)
 	for i := uint64(1); i <= 30; i++ {
-		keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(600), Want: Amount{1, 10}, Held: Amount{0, 5}}}
+		keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 10}, Held: ration.Amount{Requests: 0, Tokens: 5}}}
 		if _, err := l.Acquire(ctx, caller("a", 1, i), keys); err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +278,7 @@ func TestStoreCheckpointsDuringConcurrentCalls(t *testing.T) {
 		wg.Go(func() {
 			id := fmt.Sprintf("s%d", g)
 			for i := uint64(1); i <= 60; i++ {
-				keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(6000), Want: Amount{1, 10}, Held: Amount{0, 5}}}
+				keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(6000), Want: ration.Amount{Requests: 1, Tokens: 10}, Held: ration.Amount{Requests: 0, Tokens: 5}}}
 				if _, err := l.Acquire(ctx, caller(id, 1, i), keys); err != nil {
 					t.Error(err)
 					return
@@ -303,7 +306,7 @@ func TestStoreCheckpointsDuringConcurrentCalls(t *testing.T) {
 
 // reopenSame closes l, opens its store again and fails the test unless the
 // reopened ledger's state is exactly l's.
-func reopenSame(t *testing.T, l *Ledger, path string, clk Clock) *Ledger {
+func reopenSame(t *testing.T, l *Ledger, path string, clk ration.Clock) *Ledger {
 	t.Helper()
 	before := dump(l)
 	if err := l.Close(); err != nil {

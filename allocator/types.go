@@ -1,30 +1,15 @@
 package allocator
 
-import "time"
+import (
+	"time"
 
-// Amount is a quantity in both dimensions of a key's budget: whole
-// requests (against RPM) and whole tokens (against TPM). Amounts sent to
-// the ledger must not be negative.
-type Amount struct {
-	Requests int64 // requests
-	Tokens   int64 // tokens
-}
-
-// Limits are a key's budgets as the gateway's key record states them.
-// A rate of 0 means unlimited: that dimension has no bucket and nothing is
-// leased on it. A burst of 0 means one minute's budget (capacity = rate).
-// Each limited dimension must form a valid bucket.Limit (see MaxRate).
-type Limits struct {
-	RPM           int64 // requests per minute; 0 = unlimited
-	TPM           int64 // tokens per minute; 0 = unlimited
-	BurstRequests int64 // request bucket capacity in requests; 0 = RPM
-	BurstTokens   int64 // token bucket capacity in tokens; 0 = TPM
-}
+	"github.com/rationhq/ration"
+)
 
 // Caller identifies a call for exactly-once processing: calls of one
 // (SpenderID, Epoch) are applied in Sequence order, each at most once.
 type Caller struct {
-	SpenderID string // 1 to MaxSpenderIDLen bytes
+	SpenderID string // 1 to ration.MaxSpenderIDLen bytes
 	Epoch     uint64 // spender incarnation, > 0; a new epoch starts holding nothing
 	Sequence  uint64 // call number within the epoch, > 0, strictly increasing
 }
@@ -61,14 +46,14 @@ func (s Status) String() string {
 // AcquireKey is one key's part of an Acquire call. See proto KeyAcquire
 // for the meaning of each field; all amounts are >= 0.
 type AcquireKey struct {
-	Key       string // 1 to MaxKeyLen bytes
-	Limits    Limits
-	Want      Amount // wanted on top of what is held; the policy may grant less
-	Need      Amount // least useful grant; 0 = any amount helps
-	SpendRate Amount // observed spend per minute; 0 = unknown
-	Returned  Amount // given back, credited up to the holding
-	Held      Amount // still held after Returned: unspent plus unsettled
-	Debt      Amount // overrun already admitted, charged even below zero
+	Key       string // 1 to ration.MaxKeyLen bytes
+	Limits    ration.Limits
+	Want      ration.Amount // wanted on top of what is held; the policy may grant less
+	Need      ration.Amount // least useful grant; 0 = any amount helps
+	SpendRate ration.Amount // observed spend per minute; 0 = unknown
+	Returned  ration.Amount // given back, credited up to the holding
+	Held      ration.Amount // still held after Returned: unspent plus unsettled
+	Debt      ration.Amount // overrun already admitted, charged even below zero
 }
 
 // DimSnapshot is one dimension of a key's global state; all zero when the
@@ -88,9 +73,9 @@ type Snapshot struct {
 // AcquireResult is one key's answer to Acquire.
 type AcquireResult struct {
 	Status         Status
-	Granted        Amount        // newly granted; echoes Want on an unlimited dimension
-	Returned       Amount        // the part of Returned credited
-	Held           Amount        // the ledger's holding for the caller after the call
+	Granted        ration.Amount // newly granted; echoes Want on an unlimited dimension
+	Returned       ration.Amount // the part of Returned credited
+	Held           ration.Amount // the ledger's holding for the caller after the call
 	RetryAfter     time.Duration // with StatusNotCovered: from receipt until Need is covered
 	Snapshot       Snapshot      // the key after the call
 	ActiveSpenders int           // spenders with an unexpired lease, the caller included
@@ -105,8 +90,8 @@ type AcquireReply struct {
 // ReserveKey asks to reserve one request's cost on one key (wait mode).
 type ReserveKey struct {
 	Key     string
-	Limits  Limits
-	Cost    Amount        // taken in full or not at all
+	Limits  ration.Limits
+	Cost    ration.Amount // taken in full or not at all
 	MaxWait time.Duration // longest acceptable wait, 0 to MaxWait
 }
 
@@ -114,7 +99,7 @@ type ReserveKey struct {
 type ReserveResult struct {
 	Status         Status        // StatusOK, StatusTooLate or StatusTooLarge
 	Wait           time.Duration // OK: send no earlier than receipt + Wait; TooLate: the wait needed
-	Held           Amount        // the ledger's holding for the caller after the call
+	Held           ration.Amount // the ledger's holding for the caller after the call
 	Snapshot       Snapshot
 	ActiveSpenders int
 }
@@ -128,13 +113,13 @@ type ReserveReply struct {
 // ReleaseKey is one key's part of a Release call.
 type ReleaseKey struct {
 	Key      string
-	Limits   Limits // used to charge Debt on a key the ledger no longer tracks
-	Returned Amount // given back, credited up to the holding
-	Debt     Amount // overrun, charged even below zero
+	Limits   ration.Limits // used to charge Debt on a key the ledger no longer tracks
+	Returned ration.Amount // given back, credited up to the holding
+	Debt     ration.Amount // overrun, charged even below zero
 }
 
 // ReleaseReply answers Release: Returned[i] is the part of request key i's
 // Returned that was credited.
 type ReleaseReply struct {
-	Returned []Amount
+	Returned []ration.Amount
 }

@@ -1,29 +1,19 @@
 package allocator
 
 import (
+	"errors"
 	"hash/maphash"
 	"sync"
-	"time"
 
-	"github.com/rationhq/ration/bucket"
-)
-
-// Input bounds. Requests outside them get ErrInvalidArgument.
-const (
-	MaxKeyLen       = 256               // bytes in a key
-	MaxSpenderIDLen = 128               // bytes in a spender id
-	MaxBatch        = 1024              // keys in one call
-	MaxRate         = 1_000_000_000_000 // requests or tokens per minute, and bursts
-	MaxAmount       = 1 << 50           // any amount in a call
-	MaxWait         = time.Hour         // ReserveKey.MaxWait
+	"github.com/rationhq/ration"
 )
 
 func validateCaller(c Caller) error {
 	switch {
 	case c.SpenderID == "":
 		return inputErr("caller.spender_id", "empty")
-	case len(c.SpenderID) > MaxSpenderIDLen:
-		return inputErr("caller.spender_id", "%d bytes, at most %d", len(c.SpenderID), MaxSpenderIDLen)
+	case len(c.SpenderID) > ration.MaxSpenderIDLen:
+		return inputErr("caller.spender_id", "%d bytes, at most %d", len(c.SpenderID), ration.MaxSpenderIDLen)
 	case c.Epoch == 0:
 		return inputErr("caller.epoch", "must be positive")
 	case c.Sequence == 0:
@@ -36,75 +26,39 @@ func validateBatch(n int, allowEmpty bool) error {
 	if n == 0 && !allowEmpty {
 		return inputErr("keys", "empty batch")
 	}
-	if n > MaxBatch {
-		return inputErr("keys", "%d entries, at most %d", n, MaxBatch)
+	if n > ration.MaxBatch {
+		return inputErr("keys", "%d entries, at most %d", n, ration.MaxBatch)
 	}
 	return nil
 }
 
 func validateKey(i int, k string) error {
-	if k == "" {
-		field := fieldIdx("keys", i, "key")
-		return inputErr(field, "empty")
-	}
-	if len(k) > MaxKeyLen {
-		return inputErr(fieldIdx("keys", i, "key"), "%d bytes, at most %d", len(k), MaxKeyLen)
+	if err := ration.ValidKey(k); err != nil {
+		return inputErr(fieldIdx("keys", i, "key"), "%v", err)
 	}
 	return nil
 }
 
-func validateAmount(i int, name string, a Amount) error {
-	if a.Requests < 0 || a.Requests > MaxAmount {
-		return inputErr(fieldIdx("keys", i, name)+".requests", "%d outside [0, %d]", a.Requests, int64(MaxAmount))
+func validateAmount(i int, name string, a ration.Amount) error {
+	if a.Requests < 0 || a.Requests > ration.MaxAmount {
+		return inputErr(fieldIdx("keys", i, name)+".requests", "%d outside [0, %d]", a.Requests, int64(ration.MaxAmount))
 	}
-	if a.Tokens < 0 || a.Tokens > MaxAmount {
-		return inputErr(fieldIdx("keys", i, name)+".tokens", "%d outside [0, %d]", a.Tokens, int64(MaxAmount))
-	}
-	return nil
-}
-
-func validateLimits(i int, l Limits) error {
-	check := func(name string, v int64) error {
-		if v < 0 || v > MaxRate {
-			return inputErr(fieldIdx("keys", i, "limits")+"."+name, "%d outside [0, %d]", v, int64(MaxRate))
-		}
-		return nil
-	}
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{{"rpm", l.RPM}, {"tpm", l.TPM}, {"burst_requests", l.BurstRequests}, {"burst_tokens", l.BurstTokens}} {
-		if err := check(f.name, f.v); err != nil {
-			return err
-		}
-	}
-	if lim, ok := dimLimit(l.RPM, l.BurstRequests); ok {
-		if err := lim.Validate(); err != nil {
-			return inputErr(fieldIdx("keys", i, "limits")+".rpm", "%v", err)
-		}
-	}
-	if lim, ok := dimLimit(l.TPM, l.BurstTokens); ok {
-		if err := lim.Validate(); err != nil {
-			return inputErr(fieldIdx("keys", i, "limits")+".tpm", "%v", err)
-		}
+	if a.Tokens < 0 || a.Tokens > ration.MaxAmount {
+		return inputErr(fieldIdx("keys", i, name)+".tokens", "%d outside [0, %d]", a.Tokens, int64(ration.MaxAmount))
 	}
 	return nil
 }
 
-// dimLimit returns the bucket for one dimension and whether it is limited.
-func dimLimit(rate, burst int64) (bucket.Limit, bool) {
-	if rate == 0 {
-		return bucket.Limit{}, false
+func validateLimits(i int, l ration.Limits) error {
+	var le *ration.LimitsError
+	if err := l.Validate(); errors.As(err, &le) {
+		return inputErr(fieldIdx("keys", i, "limits")+"."+le.Field, "%s", le.Reason)
 	}
-	c := burst
-	if c == 0 {
-		c = rate
-	}
-	return bucket.Limit{Capacity: c, Refill: rate, Period: time.Minute}, true
+	return nil
 }
 
 // dupTables holds the hash tables of checkDuplicates.
-var dupTables = sync.Pool{New: func() any { return new([2 * MaxBatch]uint16) }}
+var dupTables = sync.Pool{New: func() any { return new([2 * ration.MaxBatch]uint16) }}
 
 // dupSeed seeds checkDuplicates' hash, per process, so that no caller can
 // precompute keys that collide in its table (a batch of them would make
@@ -131,7 +85,7 @@ func checkDuplicates(n int, key func(int) string) error {
 	for size < 2*n {
 		size <<= 1
 	}
-	tp := dupTables.Get().(*[2 * MaxBatch]uint16)
+	tp := dupTables.Get().(*[2 * ration.MaxBatch]uint16)
 	defer dupTables.Put(tp)
 	t := tp[:size]
 	clear(t)
@@ -174,14 +128,14 @@ func itoa(i int) string {
 // each key's name and limits (a key with the same limits as the one before
 // passed already: the check is a pure function of them), the call's own
 // per-key fields (each), and that no key appears twice.
-func validateCall(c Caller, n int, allowEmpty bool, keyAt func(i int) (string, Limits), each func(i int) error) error {
+func validateCall(c Caller, n int, allowEmpty bool, keyAt func(i int) (string, ration.Limits), each func(i int) error) error {
 	if err := validateCaller(c); err != nil {
 		return err
 	}
 	if err := validateBatch(n, allowEmpty); err != nil {
 		return err
 	}
-	var prev Limits
+	var prev ration.Limits
 	for i := range n {
 		name, lim := keyAt(i)
 		if err := validateKey(i, name); err != nil {
@@ -201,18 +155,18 @@ func validateCall(c Caller, n int, allowEmpty bool, keyAt func(i int) (string, L
 }
 
 func validateAcquire(c Caller, keys []AcquireKey) error {
-	return validateCall(c, len(keys), false, func(i int) (string, Limits) { return keys[i].Key, keys[i].Limits }, func(i int) error {
+	return validateCall(c, len(keys), false, func(i int) (string, ration.Limits) { return keys[i].Key, keys[i].Limits }, func(i int) error {
 		k := &keys[i]
 		// MaxAmount is a power of two: if the OR of every amount, as
 		// unsigned, is below it, each is in [0, MaxAmount). Otherwise the
 		// field-by-field check decides (and names the field).
 		if uint64(k.Want.Requests|k.Want.Tokens|k.Need.Requests|k.Need.Tokens|k.SpendRate.Requests|k.SpendRate.Tokens|
-			k.Returned.Requests|k.Returned.Tokens|k.Held.Requests|k.Held.Tokens|k.Debt.Requests|k.Debt.Tokens) < MaxAmount {
+			k.Returned.Requests|k.Returned.Tokens|k.Held.Requests|k.Held.Tokens|k.Debt.Requests|k.Debt.Tokens) < ration.MaxAmount {
 			return nil
 		}
 		for _, a := range []struct {
 			name string
-			v    Amount
+			v    ration.Amount
 		}{{"want", k.Want}, {"need", k.Need}, {"spend_rate", k.SpendRate}, {"returned", k.Returned}, {"held", k.Held}, {"debt", k.Debt}} {
 			if err := validateAmount(i, a.name, a.v); err != nil {
 				return err
@@ -223,20 +177,20 @@ func validateAcquire(c Caller, keys []AcquireKey) error {
 }
 
 func validateReserve(c Caller, keys []ReserveKey) error {
-	return validateCall(c, len(keys), false, func(i int) (string, Limits) { return keys[i].Key, keys[i].Limits }, func(i int) error {
+	return validateCall(c, len(keys), false, func(i int) (string, ration.Limits) { return keys[i].Key, keys[i].Limits }, func(i int) error {
 		k := &keys[i]
 		if err := validateAmount(i, "cost", k.Cost); err != nil {
 			return err
 		}
-		if k.MaxWait < 0 || k.MaxWait > MaxWait {
-			return inputErr(fieldIdx("keys", i, "max_wait_us"), "%v outside [0, %v]", k.MaxWait, MaxWait)
+		if k.MaxWait < 0 || k.MaxWait > ration.MaxWait {
+			return inputErr(fieldIdx("keys", i, "max_wait_us"), "%v outside [0, %v]", k.MaxWait, ration.MaxWait)
 		}
 		return nil
 	})
 }
 
 func validateRelease(c Caller, keys []ReleaseKey) error {
-	return validateCall(c, len(keys), true, func(i int) (string, Limits) { return keys[i].Key, keys[i].Limits }, func(i int) error {
+	return validateCall(c, len(keys), true, func(i int) (string, ration.Limits) { return keys[i].Key, keys[i].Limits }, func(i int) error {
 		if err := validateAmount(i, "returned", keys[i].Returned); err != nil {
 			return err
 		}

@@ -11,13 +11,9 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/rationhq/ration/spender"
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
-
-// maxKeyIDBytes is the longest key ID the limiter accepts (spender's
-// bound).
-const maxKeyIDBytes = 512
 
 // maxSecretBytes is the longest API key accepted.
 const maxSecretBytes = 1024
@@ -43,7 +39,7 @@ type Key struct {
 
 // Limits returns the key's budgets for the limiter: capacity one minute's
 // worth, refilled continuously.
-func (k Key) Limits() spender.Limits { return spender.Limits{RPM: k.RPM, TPM: k.TPM} }
+func (k Key) Limits() ration.Limits { return ration.Limits{RPM: k.RPM, TPM: k.TPM} }
 
 // Principal returns the caller the limit stage sees for this key.
 func (k Key) Principal() spenderhttp.Principal {
@@ -117,12 +113,15 @@ func validateKey(k Key) error {
 		return errors.New(`"key" contains whitespace or control characters; it could not be sent as a bearer token`)
 	case k.ID == "":
 		return errors.New(`"id" is missing or empty`)
-	case len(k.ID) > maxKeyIDBytes:
-		return fmt.Errorf(`"id" is %d bytes; at most %d`, len(k.ID), maxKeyIDBytes)
-	case k.RPM < 0:
-		return fmt.Errorf(`"rpm" is %d; it must be at least 0 (0 = unlimited)`, k.RPM)
-	case k.TPM < 0:
-		return fmt.Errorf(`"tpm" is %d; it must be at least 0 (0 = unlimited)`, k.TPM)
+	}
+	if err := ration.ValidKey(k.ID); err != nil {
+		return fmt.Errorf(`"id": %w`, err)
+	}
+	// The same bounds the limiter and the allocator enforce, so a key the
+	// allocator would refuse is refused here, when the file is loaded.
+	var le *ration.LimitsError
+	if err := k.Limits().Validate(); errors.As(err, &le) {
+		return fmt.Errorf("%q: %s (0 = unlimited)", le.Field, le.Reason)
 	}
 	return nil
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/gateway"
-	"github.com/rationhq/ration/spender"
 )
 
 func TestParseKeys(t *testing.T) {
@@ -23,7 +23,7 @@ func TestParseKeys(t *testing.T) {
 		t.Errorf("Len %d IDs %v", kr.Len(), kr.IDs())
 	}
 	k, ok := kr.Lookup("sk-a")
-	if !ok || k.ID != "team-a" || k.Tenant != "acme" || k.Limits() != (spender.Limits{RPM: 60, TPM: 90000}) {
+	if !ok || k.ID != "team-a" || k.Tenant != "acme" || k.Limits() != (ration.Limits{RPM: 60, TPM: 90000}) {
 		t.Errorf("Lookup(sk-a) = %+v, %v", k, ok)
 	}
 	if p := k.Principal(); p.KeyID != "team-a" || p.Tenant != "acme" || p.Limits.TPM != 90000 {
@@ -47,12 +47,13 @@ func TestParseKeysRejects(t *testing.T) {
 		{"missing key", `[{"id":"a"}]`, `"key" is missing`},
 		{"missing id", `[{"key":"sk-a"}]`, `"id" is missing`},
 		{"space in key", `[{"key":"sk a","id":"a"}]`, "whitespace"},
-		{"negative rpm", `[{"key":"sk-a","id":"a","rpm":-1}]`, `entry 0 (id "a"): "rpm" is -1`},
-		{"negative tpm", `[{"key":"sk-a","id":"a","tpm":-5}]`, `"tpm" is -5`},
+		{"negative rpm", `[{"key":"sk-a","id":"a","rpm":-1}]`, `entry 0 (id "a"): "rpm": -1 outside [0, 1000000000000]`},
+		{"negative tpm", `[{"key":"sk-a","id":"a","tpm":-5}]`, `"tpm": -5 outside`},
+		{"rpm above the protocol's bound", `[{"key":"sk-a","id":"a","rpm":1000000000001}]`, `"rpm": 1000000000001 outside [0, 1000000000000]`},
 		{"string rpm", `[{"key":"sk-a","id":"a","rpm":"60"}]`, "not a JSON array"},
 		{"duplicate id", `[{"key":"sk-a","id":"a"},{"key":"sk-b","id":"a"}]`, "entry 1 (id \"a\"): id also used by entry 0"},
 		{"duplicate secret", `[{"key":"` + secret + `","id":"a"},{"key":"` + secret + `","id":"b"}]`, "same secret"},
-		{"long id", `[{"key":"sk-a","id":"` + strings.Repeat("i", 513) + `"}]`, "at most 512"},
+		{"long id", `[{"key":"sk-a","id":"` + strings.Repeat("i", 257) + `"}]`, `"id": key id is 257 bytes, at most 256`},
 		{"trailing data", `[{"key":"sk-a","id":"a"}] []`, "data after"},
 	}
 	for _, tt := range tests {

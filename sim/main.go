@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/sim/engine"
 	"github.com/rationhq/ration/sim/report"
@@ -91,9 +92,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			cfg.Scenario, cfg.Strategy = sc, st
 			switch {
 			case sc.Tokens && *tpm > 0:
-				cfg.Limits = spender.Limits{TPM: *tpm}
+				cfg.Limits = ration.Limits{TPM: *tpm}
 			case !sc.Tokens && *rpm > 0:
-				cfg.Limits = spender.Limits{RPM: *rpm}
+				cfg.Limits = ration.Limits{RPM: *rpm}
 			}
 			cfg.Progress = bar.Run(sc.Name + "/" + string(st))
 			r, err := engine.Run(cfg)

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -20,7 +21,7 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem -count 5 ./spender
 
-var benchLimits = spender.Limits{RPM: 1 << 40, TPM: 1 << 40}
+var benchLimits = ration.Limits{RPM: 1 << 40, TPM: 1 << 40}
 
 func benchKeys(n int) []string {
 	keys := make([]string, n)
@@ -31,9 +32,9 @@ func benchKeys(n int) []string {
 }
 
 func benchOurs(b *testing.B, keys []string) {
-	l := spender.New(spender.SystemClock{})
-	c := spender.Cost{Requests: 1, Tokens: 300}
-	used := spender.Cost{Requests: 1, Tokens: 120}
+	l := spender.New(ration.SystemClock{})
+	c := ration.Amount{Requests: 1, Tokens: 300}
+	used := ration.Amount{Requests: 1, Tokens: 120}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
@@ -97,9 +98,9 @@ func BenchmarkReserveSettle(b *testing.B) {
 func BenchmarkReserveSettleParallel(b *testing.B) {
 	keys := benchKeys(10_000)
 	b.Run("ration", func(b *testing.B) {
-		l := spender.New(spender.SystemClock{})
-		c := spender.Cost{Requests: 1, Tokens: 300}
-		used := spender.Cost{Requests: 1, Tokens: 120}
+		l := spender.New(ration.SystemClock{})
+		c := ration.Amount{Requests: 1, Tokens: 300}
+		used := ration.Amount{Requests: 1, Tokens: 120}
 		var next atomic.Uint64
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {

@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect/v2"
 	"connectrpc.com/connect/v2/connecthttp"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
@@ -57,7 +58,7 @@ func TestDialAllocator(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte("# the allocator's token\ns3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	lim := spender.Limits{RPM: 60, TPM: 6000}
+	lim := ration.Limits{RPM: 60, TPM: 6000}
 	for _, proto := range []string{"connect", "grpc", "grpcweb"} {
 		t.Run(proto, func(t *testing.T) {
 			src, err := spender.DialAllocator(base, spender.WithTokenFile(tokenFile), spender.WithProtocol(proto))
@@ -65,7 +66,7 @@ func TestDialAllocator(t *testing.T) {
 				t.Fatal(err)
 			}
 			l := newLeased(t, clk, src, spender.WithSpenderID("gw-"+proto))
-			r := mustReserve(t, l, "key-"+proto, lim, spender.Cost{Requests: 1, Tokens: 100})
+			r := mustReserve(t, l, "key-"+proto, lim, ration.Amount{Requests: 1, Tokens: 100})
 			if s := r.Status(); s.RemainingRequests != 59 || s.RemainingTokens != 5900 {
 				t.Fatalf("status over %s = %+v", proto, s)
 			}
@@ -80,7 +81,7 @@ func TestDialAllocator(t *testing.T) {
 			t.Fatalf("Acquire with a wrong token = %v, want Unauthenticated", err)
 		}
 		l := newLeased(t, clk, src, spender.WithFallback(spender.FailClosed), spender.WithSlowPathDeadline(50*time.Millisecond))
-		if _, err := l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
+		if _, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
 			t.Fatalf("Reserve with a refused token under FailClosed = %v, want a rejection", err)
 		}
 	})

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/rationhq/ration"
 )
 
 var (
@@ -26,15 +28,7 @@ var (
 	// ErrClosed is returned by Flush and by the calls of a leased Limiter
 	// after Close.
 	ErrClosed = errors.New("spender: limiter closed")
-
-	// ErrInvalidLimits is returned when limits are negative or too large
-	// for exact arithmetic.
-	ErrInvalidLimits = errors.New("spender: invalid limits")
 )
-
-// MaxKeyLen is the longest key, in bytes, that the Limiter accepts: the
-// lease protocol's limit, so that a standalone and a leased Limiter agree.
-const MaxKeyLen = 256
 
 // RejectError is returned when a cost is not admitted. It never reserves
 // anything.
@@ -49,7 +43,7 @@ type RejectError struct {
 	Status     Status        // the key's budget at the rejection
 	Dimension  Dimension     // the budget that was short (the longer wait when both were)
 	Oversize   bool          // the cost exceeds the capacity of Dimension and can never be admitted
-	Cost       Cost          // the cost that was asked for
+	Cost       ration.Amount // the cost that was asked for
 }
 
 // Error describes which budget ran out and when to come back.

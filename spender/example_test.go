@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
@@ -16,17 +17,17 @@ import (
 func ExampleLimiter_Reserve() {
 	clock := fakeclock.New() // spender.SystemClock{} in production
 	l := spender.New(clock)
-	lim := spender.Limits{RPM: 3, TPM: 1000}
+	lim := ration.Limits{RPM: 3, TPM: 1000}
 
-	r, err := l.Reserve(context.Background(), "key-1", lim, spender.Cost{Requests: 1, Tokens: 300})
+	r, err := l.Reserve(context.Background(), "key-1", lim, ration.Amount{Requests: 1, Tokens: 300})
 	if err != nil {
 		panic(err)
 	}
 	s := r.Status()
 	fmt.Println("remaining:", s.RemainingRequests, "requests,", s.RemainingTokens, "tokens; full again in", s.ResetTokens)
-	r.Settle(spender.Cost{Requests: 1, Tokens: 120}) // 180 unused tokens come back
+	r.Settle(ration.Amount{Requests: 1, Tokens: 120}) // 180 unused tokens come back
 
-	_, err = l.Reserve(context.Background(), "key-1", lim, spender.Cost{Requests: 1, Tokens: 900})
+	_, err = l.Reserve(context.Background(), "key-1", lim, ration.Amount{Requests: 1, Tokens: 900})
 	var rej *spender.RejectError
 	if errors.As(err, &rej) {
 		fmt.Println("rejected: wait", rej.RetryAfter, "so Retry-After:", spender.RetryAfterSeconds(rej.RetryAfter))
@@ -41,9 +42,9 @@ func ExampleLimiter_Reserve() {
 func ExampleLimiter_ReserveAt() {
 	clock := fakeclock.New()
 	l := spender.New(clock)
-	lim := spender.Limits{RPM: 30, BurstRequests: 10} // 10 at once, then one per 2 s
+	lim := ration.Limits{RPM: 30, BurstRequests: 10} // 10 at once, then one per 2 s
 	for i := range 13 {
-		_, at, err := l.ReserveAt(context.Background(), "vendor", lim, spender.Cost{Requests: 1}, 5*time.Second)
+		_, at, err := l.ReserveAt(context.Background(), "vendor", lim, ration.Amount{Requests: 1}, 5*time.Second)
 		if err != nil {
 			fmt.Printf("call %d: %v\n", i+1, err)
 			continue
@@ -73,9 +74,9 @@ func ExampleWithLeases() {
 	defer gw1.Close(context.Background())
 	defer gw2.Close(context.Background())
 
-	lim := spender.Limits{RPM: 3, TPM: 1000} // 3 requests a minute across both gateways
+	lim := ration.Limits{RPM: 3, TPM: 1000} // 3 requests a minute across both gateways
 	for i, gw := range []*spender.Limiter{gw1, gw2, gw2, gw1} {
-		_, err := gw.Reserve(context.Background(), "key-1", lim, spender.Cost{Requests: 1, Tokens: 100})
+		_, err := gw.Reserve(context.Background(), "key-1", lim, ration.Amount{Requests: 1, Tokens: 100})
 		var rej *spender.RejectError
 		if errors.As(err, &rej) {
 			fmt.Printf("request %d: rejected, retry after %v\n", i+1, rej.RetryAfter)

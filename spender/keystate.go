@@ -1,10 +1,10 @@
 package spender
 
 import (
-	"fmt"
 	"hash/maphash"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 )
 
@@ -18,7 +18,7 @@ import (
 // docs/results.md).
 type keyState struct {
 	key string
-	lim Limits
+	lim ration.Limits
 	// ls is the lease state of a leased Limiter's key (nil when
 	// standalone); req and tok then serve only as fallback buckets.
 	ls *leaseState
@@ -40,31 +40,13 @@ type keyState struct {
 // leased key in a smaller size class).
 func (st *keyState) hash() uint64 { return maphash.String(st.sh.l.seed, st.key) }
 
-// validateLimits checks lim without touching any state.
-func validateLimits(lim Limits) error {
-	if lim.RPM < 0 || lim.TPM < 0 || lim.BurstRequests < 0 || lim.BurstTokens < 0 {
-		return fmt.Errorf("%w: negative value in %+v", ErrInvalidLimits, lim)
-	}
-	if bl, ok := lim.RequestLimit(); ok {
-		if err := bl.Validate(); err != nil {
-			return fmt.Errorf("%w: requests: %w", ErrInvalidLimits, err)
-		}
-	}
-	if bl, ok := lim.TokenLimit(); ok {
-		if err := bl.Validate(); err != nil {
-			return fmt.Errorf("%w: tokens: %w", ErrInvalidLimits, err)
-		}
-	}
-	return nil
-}
-
 // keyLimits is an immutable copy of a key's limits and, for a standalone
 // key, of its buckets' fixed-point parameters (their levels are not used).
 // A Reservation keeps a pointer to it and the levels it left, and computes
 // its Status only when asked, without the key's lock: admission does no
 // division for headers nobody may read.
 type keyLimits struct {
-	lim     Limits
+	lim     ration.Limits
 	buckets *[2]bucket.Bucket // requests, tokens; nil for a leased key, whose Status needs only lim
 }
 
@@ -77,14 +59,14 @@ type standaloneLimits struct {
 
 // set makes sl an immutable copy of lim and of req's and tok's parameters
 // and returns its keyLimits.
-func (sl *standaloneLimits) set(lim Limits, req, tok bucket.Bucket) *keyLimits {
+func (sl *standaloneLimits) set(lim ration.Limits, req, tok bucket.Bucket) *keyLimits {
 	sl.buckets = [2]bucket.Bucket{req, tok}
 	sl.kl = keyLimits{lim: lim, buckets: &sl.buckets}
 	return &sl.kl
 }
 
 // newKeyState returns full buckets for lim at now. lim must be valid.
-func newKeyState(sh *shard, key string, lim Limits, now bucket.Instant) *keyState {
+func newKeyState(sh *shard, key string, lim ration.Limits, now bucket.Instant) *keyState {
 	// One allocation for the state and its first limits.
 	sk := &struct {
 		keyState
@@ -105,7 +87,7 @@ func newKeyState(sh *shard, key string, lim Limits, now bucket.Instant) *keyStat
 // setLimits makes the buckets follow new, valid limits without minting: a
 // limited dimension keeps its level (capped at the new capacity), a newly
 // limited one starts full, a newly unlimited one drops its bucket.
-func (st *keyState) setLimits(lim Limits, now bucket.Instant) {
+func (st *keyState) setLimits(lim ration.Limits, now bucket.Instant) {
 	follow := func(b *bucket.Bucket, was bool, bl bucket.Limit, is bool) {
 		switch {
 		case is && was:
@@ -137,7 +119,7 @@ func (st *keyState) advance(now bucket.Instant) {
 // wait returns how long until c is covered in every dimension (as of the
 // last advance), the dimension that waits longest, and whether c fits at
 // all; when it does not, dim is the dimension it exceeds.
-func (st *keyState) wait(c Cost) (w time.Duration, dim Dimension, fits bool) {
+func (st *keyState) wait(c ration.Amount) (w time.Duration, dim Dimension, fits bool) {
 	dim = Requests
 	if st.lim.RPM > 0 {
 		if !st.req.Fits(c.Requests) {
@@ -157,7 +139,7 @@ func (st *keyState) wait(c Cost) (w time.Duration, dim Dimension, fits bool) {
 }
 
 // take removes c from both buckets (levels may go negative).
-func (st *keyState) take(c Cost) {
+func (st *keyState) take(c ration.Amount) {
 	if st.lim.RPM > 0 {
 		st.req.Take(c.Requests)
 	}
@@ -167,7 +149,7 @@ func (st *keyState) take(c Cost) {
 }
 
 // give returns c to both buckets, capped at capacity.
-func (st *keyState) give(c Cost) {
+func (st *keyState) give(c ration.Amount) {
 	if st.lim.RPM > 0 {
 		st.req.Give(c.Requests)
 	}
@@ -200,7 +182,7 @@ func (kl *keyLimits) status(req, tok int64) Status {
 }
 
 // statusOf reports buckets req and tok of a key with limits lim.
-func statusOf(lim Limits, req, tok *bucket.Bucket) Status {
+func statusOf(lim ration.Limits, req, tok *bucket.Bucket) Status {
 	var s Status
 	if lim.RPM > 0 {
 		s.LimitRequests = req.Limit().Capacity

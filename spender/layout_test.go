@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rationhq/ration"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -72,7 +73,7 @@ func TestLeaseOfMatchesLs(t *testing.T) {
 	if got := leaseAddr(&lk.keyState); got != &lk.leaseState {
 		t.Fatalf("leaseAddr = %p, want %p", got, &lk.leaseState)
 	}
-	l := New(SystemClock{}, WithLeases(nopSource{}), WithManualLeasing())
+	l := New(ration.SystemClock{}, WithLeases(nopSource{}), WithManualLeasing())
 	defer func() {
 		// Nothing was granted, so there is nothing to give back; the
 		// source refuses anyway, so do not wait for it.
@@ -81,7 +82,7 @@ func TestLeaseOfMatchesLs(t *testing.T) {
 		_ = l.Close(ctx)
 	}()
 	for i := range 1000 {
-		_, err := l.Reserve(context.Background(), "k"+strconv.Itoa(i), Limits{RPM: 60, TPM: 6000}, Cost{Requests: 1, Tokens: 10})
+		_, err := l.Reserve(context.Background(), "k"+strconv.Itoa(i), ration.Limits{RPM: 60, TPM: 6000}, ration.Amount{Requests: 1, Tokens: 10})
 		if !errors.Is(err, ErrLeasePending) {
 			t.Fatalf("key %d: %v, want ErrLeasePending", i, err)
 		}

@@ -4,12 +4,13 @@ import (
 	"context"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
 // oversize reports whether c can never fit lim, and in which dimension.
-func oversize(lim Limits, c Cost) (Dimension, bool) {
+func oversize(lim ration.Limits, c ration.Amount) (Dimension, bool) {
 	if lim.RPM > 0 && c.Requests > capacityOf(lim.RPM, lim.BurstRequests) {
 		return Requests, true
 	}
@@ -20,7 +21,7 @@ func oversize(lim Limits, c Cost) (Dimension, bool) {
 }
 
 // reserveLeased is Reserve and ReserveAt (ahead) on a leased Limiter.
-func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim Limits, c Cost, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
+func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
 	lz := l.lz
 	inst := l.now()
 	var now time.Time // the send time, only wait mode reads it
@@ -69,7 +70,7 @@ func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim L
 // pendingLocked is the slow path of manual leasing: queue the key and
 // return ErrLeasePending, until the key has waited longer than the
 // slow-path deadline, when the fallback policy decides.
-func (l *Limiter) pendingLocked(st *keyState, lim Limits, c Cost, now bucket.Instant) (Reservation, error) {
+func (l *Limiter) pendingLocked(st *keyState, lim ration.Limits, c ration.Amount, now bucket.Instant) (Reservation, error) {
 	ls := st.ls
 	if ls.hasPending && now.Sub(ls.pending) >= l.lz.cfg.slowDeadline {
 		return l.fallbackLocked(st, c, now)
@@ -78,7 +79,7 @@ func (l *Limiter) pendingLocked(st *keyState, lim Limits, c Cost, now bucket.Ins
 		ls.pending, ls.hasPending = now, true
 	}
 	lc := limitedPart(lim, c)
-	ls.waitMax = Cost{Requests: max(ls.waitMax.Requests, lc.Requests), Tokens: max(ls.waitMax.Tokens, lc.Tokens)}
+	ls.waitMax = ration.Amount{Requests: max(ls.waitMax.Requests, lc.Requests), Tokens: max(ls.waitMax.Tokens, lc.Tokens)}
 	ls.waitSum = add(ls.waitSum, lc)
 	l.lz.enqueueLocked(st, true)
 	return nil, ErrLeasePending
@@ -88,7 +89,7 @@ func (l *Limiter) pendingLocked(st *keyState, lim Limits, c Cost, now bucket.Ins
 // requests waiting on the key, and admits or rejects with the wait the
 // allocator named; when others spent the grant first it asks again, all
 // within the slow-path deadline, after which the fallback policy decides.
-func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost) (Reservation, time.Time, error) {
+func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim ration.Limits, c ration.Amount) (Reservation, time.Time, error) {
 	lz, sh, ls := l.lz, st.sh, st.ls
 	deadline := time.NewTimer(lz.cfg.slowDeadline)
 	defer deadline.Stop()
@@ -100,7 +101,7 @@ func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost
 		}
 		sh.mu.Lock()
 		lc := limitedPart(lim, c)
-		ls.waitMax = Cost{Requests: max(ls.waitMax.Requests, lc.Requests), Tokens: max(ls.waitMax.Tokens, lc.Tokens)}
+		ls.waitMax = ration.Amount{Requests: max(ls.waitMax.Requests, lc.Requests), Tokens: max(ls.waitMax.Tokens, lc.Tokens)}
 		ls.waitSum = add(ls.waitSum, lc)
 		if ls.wait == nil {
 			ls.wait = make(chan struct{})
@@ -161,7 +162,7 @@ func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim Limits, c Cost
 // admitLeaseLocked admits c from st's lease if it is valid and covers c,
 // starting a refresh when the lease falls below its low watermark. It
 // returns nil when the lease cannot cover c.
-func (l *Limiter) admitLeaseLocked(sh *shard, st *keyState, c Cost, now bucket.Instant, path admitPath) Reservation {
+func (l *Limiter) admitLeaseLocked(sh *shard, st *keyState, c ration.Amount, now bucket.Instant, path admitPath) Reservation {
 	ls := leaseOf(st)
 	if !ls.valid(now) || !ls.covers(st.lim, c) {
 		return nil
@@ -177,7 +178,7 @@ func (l *Limiter) admitLeaseLocked(sh *shard, st *keyState, c Cost, now bucket.I
 // fallbackLocked decides c for a key without a usable lease while the
 // allocator is unreachable, per the configured policy. What it admits is
 // recorded as debt, reported when the allocator answers again.
-func (l *Limiter) fallbackLocked(st *keyState, c Cost, now bucket.Instant) (Reservation, error) {
+func (l *Limiter) fallbackLocked(st *keyState, c ration.Amount, now bucket.Instant) (Reservation, error) {
 	ls, m := st.ls, l.lz.cfg.metrics
 	switch l.lz.cfg.policy {
 	case FailClosed:
@@ -198,7 +199,7 @@ func (l *Limiter) fallbackLocked(st *keyState, c Cost, now bucket.Instant) (Rese
 			// probably spent when the allocator went away, and a full start
 			// would add a burst of the whole capacity across the fleet.
 			fresh := newKeyState(st.sh, st.key, share, now) // a bucket holder, never linked
-			fresh.take(Cost{Requests: capacityOf(share.RPM, share.BurstRequests), Tokens: capacityOf(share.TPM, share.BurstTokens)})
+			fresh.take(ration.Amount{Requests: capacityOf(share.RPM, share.BurstRequests), Tokens: capacityOf(share.TPM, share.BurstTokens)})
 			st.req, st.tok = fresh.req, fresh.tok
 			ls.fallback, ls.fbLim = true, share
 		}
@@ -224,20 +225,20 @@ func (l *Limiter) fallbackLocked(st *keyState, c Cost, now bucket.Instant) (Rese
 }
 
 // shareOf is lim divided among n spenders, at least 1 per limited dimension.
-func shareOf(lim Limits, n int64) Limits {
+func shareOf(lim ration.Limits, n int64) ration.Limits {
 	div := func(v int64) int64 {
 		if v == 0 {
 			return 0
 		}
 		return max(1, v/n)
 	}
-	return Limits{RPM: div(lim.RPM), TPM: div(lim.TPM),
+	return ration.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM),
 		BurstRequests: div(capacityOf(lim.RPM, lim.BurstRequests)), BurstTokens: div(capacityOf(lim.TPM, lim.BurstTokens))}
 }
 
 // reserveAhead is wait mode when the lease cannot cover c: the allocator
 // reserves c for the earliest time its global buckets cover it.
-func (l *Limiter) reserveAhead(ctx context.Context, st *keyState, lim Limits, c Cost, maxWait time.Duration) (Reservation, time.Time, error) {
+func (l *Limiter) reserveAhead(ctx context.Context, st *keyState, lim ration.Limits, c ration.Amount, maxWait time.Duration) (Reservation, time.Time, error) {
 	lz := l.lz
 	job := &aheadJob{st: st, lim: lim, cost: c, maxWait: maxWait, res: make(chan aheadResult, 1)}
 	lz.mu.Lock()
@@ -299,7 +300,7 @@ type leasedReservation struct {
 	sh   *shard // st.sh, kept here so that settling reads one cache line less
 	st   *keyState
 	kl   *keyLimits // the key's limits at admission
-	cost Cost
+	cost ration.Amount
 	rem  [2]int64 // requests and tokens remaining right after admission; with kl, the Status
 	gen  uint32   // the lease generation it was admitted from
 	path admitPath
@@ -308,7 +309,7 @@ type leasedReservation struct {
 
 // reservation returns the Reservation for c, admitted at now on path from
 // lease generation gen. Call it with the shard locked, after the spend.
-func (ls *leaseState) reservation(sh *shard, st *keyState, c Cost, now bucket.Instant, path admitPath, gen uint32) *leasedReservation {
+func (ls *leaseState) reservation(sh *shard, st *keyState, c ration.Amount, now bucket.Instant, path admitPath, gen uint32) *leasedReservation {
 	r := &leasedReservation{sh: sh, st: st, kl: st.kl, cost: c, path: path, gen: gen}
 	r.rem[0], r.rem[1] = ls.remaining(st.lim, now)
 	return r
@@ -316,11 +317,11 @@ func (ls *leaseState) reservation(sh *shard, st *keyState, c Cost, now bucket.In
 
 func (r *leasedReservation) Status() Status { return leasedStatus(r.kl.lim, r.rem[0], r.rem[1]) }
 
-func (r *leasedReservation) Cancel() { r.settle(Cost{}, true) }
+func (r *leasedReservation) Cancel() { r.settle(ration.Amount{}, true) }
 
-func (r *leasedReservation) Settle(actual Cost) { r.settle(actual, false) }
+func (r *leasedReservation) Settle(actual ration.Amount) { r.settle(actual, false) }
 
-func (r *leasedReservation) settle(actual Cost, cancel bool) {
+func (r *leasedReservation) settle(actual ration.Amount, cancel bool) {
 	// Clamped so that absurd usage saturates instead of overflowing the
 	// sums it is added to.
 	actual.Requests, actual.Tokens = min(max(0, actual.Requests), maxWire), min(max(0, actual.Tokens), maxWire)
@@ -341,14 +342,14 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 	case pathFallback:
 		delta := sub(limitedPart(lim, actual), limitedPart(lim, r.cost))
 		ls.debt = add(ls.debt, delta)
-		ls.debt = Cost{Requests: max(0, ls.debt.Requests), Tokens: max(0, ls.debt.Tokens)}
+		ls.debt = ration.Amount{Requests: max(0, ls.debt.Requests), Tokens: max(0, ls.debt.Tokens)}
 		if ls.fallback {
 			now := l.now() // an overrun is charged after the refill
 			fb := keyState{lim: ls.fbLim, req: st.req, tok: st.tok}
 			refund := sub(r.cost, actual)
-			fb.give(Cost{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
+			fb.give(ration.Amount{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
 			fb.advance(now)
-			fb.take(Cost{Requests: max(0, -refund.Requests), Tokens: max(0, -refund.Tokens)})
+			fb.take(ration.Amount{Requests: max(0, -refund.Requests), Tokens: max(0, -refund.Tokens)})
 			st.req, st.tok = fb.req, fb.tok
 		}
 	case pathAhead:
@@ -357,10 +358,10 @@ func (r *leasedReservation) settle(actual Cost, cancel bool) {
 		// allocator on the next call, an overrun is debt.
 		rc, ac := limitedPart(lim, r.cost), limitedPart(lim, actual)
 		ls.outstanding = sub(ls.outstanding, rc)
-		ls.outstanding = Cost{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
+		ls.outstanding = ration.Amount{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
 		d := sub(rc, ac)
-		ls.ret = add(ls.ret, Cost{Requests: max(0, d.Requests), Tokens: max(0, d.Tokens)})
-		ls.debt = add(ls.debt, Cost{Requests: max(0, -d.Requests), Tokens: max(0, -d.Tokens)})
+		ls.ret = add(ls.ret, ration.Amount{Requests: max(0, d.Requests), Tokens: max(0, d.Tokens)})
+		ls.debt = add(ls.debt, ration.Amount{Requests: max(0, -d.Requests), Tokens: max(0, -d.Tokens)})
 	default:
 		ls.settle(lim, r.cost, actual, r.gen)
 	}

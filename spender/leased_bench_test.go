@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
@@ -31,7 +32,7 @@ func (c *countingSource) Acquire(ctx context.Context, r *leasev1.AcquireRequest)
 	return c.LeaseSource.Acquire(ctx, r)
 }
 
-var leasedBenchLimits = spender.Limits{RPM: 1_000_000_000_000, TPM: 1_000_000_000_000}
+var leasedBenchLimits = ration.Limits{RPM: 1_000_000_000_000, TPM: 1_000_000_000_000}
 
 func newBenchAllocator(b *testing.B) *countingSource {
 	led, err := allocator.New()
@@ -71,10 +72,10 @@ func benchLeased(b *testing.B, keys []string) {
 }
 
 func benchLeasedOn(b *testing.B, src *countingSource, keys []string) {
-	l := spender.New(spender.SystemClock{}, spender.WithLeases(src))
+	l := spender.New(ration.SystemClock{}, spender.WithLeases(src))
 	defer l.Close(context.Background())
-	c := spender.Cost{Requests: 1, Tokens: 300}
-	used := spender.Cost{Requests: 1, Tokens: 120}
+	c := ration.Amount{Requests: 1, Tokens: 300}
+	used := ration.Amount{Requests: 1, Tokens: 120}
 	// Warm up with the same round-robin traffic for a second, so every
 	// key's spend rate is known and its lease sized for it.
 	for i, start := 0, time.Now(); time.Since(start) < time.Second; i++ {
@@ -138,17 +139,17 @@ func shuffledKeys(n int) []string {
 // Both allocators are memory-only (for the durable commit's share, see
 // the allocator's benchmarks).
 func BenchmarkLeasedSlowPath(b *testing.B) {
-	lim := spender.Limits{RPM: 600, TPM: 60_000}
+	lim := ration.Limits{RPM: 600, TPM: 60_000}
 	run := func(b *testing.B, src spender.LeaseSource) {
-		l := spender.New(spender.SystemClock{}, spender.WithLeases(src), spender.WithBatchWindow(0))
+		l := spender.New(ration.SystemClock{}, spender.WithLeases(src), spender.WithBatchWindow(0))
 		defer l.Close(context.Background())
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {
-			r, err := l.Reserve(ctx, "slow-"+strconv.Itoa(i), lim, spender.Cost{Requests: 1, Tokens: 300})
+			r, err := l.Reserve(ctx, "slow-"+strconv.Itoa(i), lim, ration.Amount{Requests: 1, Tokens: 300})
 			if err != nil {
 				b.Fatal(err)
 			}
-			r.Settle(spender.Cost{Requests: 1, Tokens: 300})
+			r.Settle(ration.Amount{Requests: 1, Tokens: 300})
 		}
 	}
 	b.Run("inprocess", func(b *testing.B) { run(b, newBenchAllocator(b)) })

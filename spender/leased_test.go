@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect/v2"
 	"go.uber.org/goleak"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
@@ -30,7 +31,7 @@ func newAllocator(t testing.TB, clk *fakeclock.Clock, opts ...allocator.Option) 
 }
 
 // newLeased returns a leased Limiter on src, closed at the end of the test.
-func newLeased(t testing.TB, clk spender.Clock, src spender.LeaseSource, opts ...spender.Option) *spender.Limiter {
+func newLeased(t testing.TB, clk ration.Clock, src spender.LeaseSource, opts ...spender.Option) *spender.Limiter {
 	t.Helper()
 	base := []spender.Option{spender.WithLeases(src), spender.WithBatchWindow(0), spender.WithSlowPathDeadline(5 * time.Second)}
 	l := spender.New(clk, append(base, opts...)...)
@@ -106,15 +107,15 @@ func (n *simnet) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*lease
 func TestLeasedHandExample(t *testing.T) {
 	clk := fakeclock.New()
 	l := newLeased(t, clk, newAllocator(t, clk))
-	lim := spender.Limits{RPM: 3, TPM: 1000}
+	lim := ration.Limits{RPM: 3, TPM: 1000}
 
-	r1 := mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 300})
+	r1 := mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 300})
 	if s := r1.Status(); s.RemainingRequests != 2 || s.RemainingTokens != 700 || s.ResetTokens != 18*time.Second {
 		t.Fatalf("step 1 status = %+v, want 2 requests, 700 tokens, reset 18s", s)
 	}
-	r1.Settle(spender.Cost{Requests: 1, Tokens: 120})
+	r1.Settle(ration.Amount{Requests: 1, Tokens: 120})
 
-	rej := mustReject(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 900})
+	rej := mustReject(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 900})
 	if rej.RetryAfter != 1200*time.Millisecond || spender.RetryAfterSeconds(rej.RetryAfter) != 2 {
 		t.Fatalf("step 3 RetryAfter = %v, want 1.2s", rej.RetryAfter)
 	}
@@ -123,7 +124,7 @@ func TestLeasedHandExample(t *testing.T) {
 	}
 
 	clk.Advance(1200 * time.Millisecond)
-	r4 := mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 900})
+	r4 := mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 900})
 	if s := r4.Status(); s.RemainingTokens != 0 || s.RemainingRequests != 1 {
 		t.Fatalf("step 4 status = %+v, want 0 tokens and 1 request left", s)
 	}
@@ -143,15 +144,15 @@ func TestLeasedHotPathStaysLocal(t *testing.T) {
 	clk := fakeclock.New()
 	n := &simnet{src: newAllocator(t, clk)}
 	l := newLeased(t, clk, n)
-	lim := spender.Limits{RPM: 60_000, TPM: 60_000_000} // 1000 requests a second
+	lim := ration.Limits{RPM: 60_000, TPM: 60_000_000} // 1000 requests a second
 	admitted := 0
 	for step := range 2000 { // 20 virtual seconds at 500 requests a second
 		for range 5 {
-			r, err := l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1, Tokens: 500})
+			r, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1, Tokens: 500})
 			if err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
-			r.Settle(spender.Cost{Requests: 1, Tokens: 300})
+			r.Settle(ration.Amount{Requests: 1, Tokens: 300})
 			admitted++
 		}
 		clk.Advance(10 * time.Millisecond)
@@ -173,7 +174,7 @@ type fleet struct {
 	clk    *fakeclock.Clock
 	ls     []*spender.Limiter
 	nets   []*simnet
-	lim    spender.Limits
+	lim    ration.Limits
 	admits []admission
 }
 
@@ -182,7 +183,7 @@ type admission struct {
 	cost int64
 }
 
-func newFleet(t *testing.T, n int, lim spender.Limits, allocOpts []allocator.Option, opts ...spender.Option) *fleet {
+func newFleet(t *testing.T, n int, lim ration.Limits, allocOpts []allocator.Option, opts ...spender.Option) *fleet {
 	clk := fakeclock.New()
 	src := newAllocator(t, clk, allocOpts...)
 	f := &fleet{t: t, clk: clk, lim: lim}
@@ -195,7 +196,7 @@ func newFleet(t *testing.T, n int, lim spender.Limits, allocOpts []allocator.Opt
 }
 
 // run offers perStep requests per step (split by weights) for steps of dt.
-func (f *fleet) run(steps int, dt time.Duration, perStep int, weights []float64, cost spender.Cost) (admitted, rejected int) {
+func (f *fleet) run(steps int, dt time.Duration, perStep int, weights []float64, cost ration.Amount) (admitted, rejected int) {
 	start := f.clk.Now()
 	acc := make([]float64, len(weights))
 	for range steps {
@@ -243,9 +244,9 @@ func (f *fleet) maxInWindow(w time.Duration) int64 {
 func TestLeasedSkewedFleetTracksTheLimit(t *testing.T) {
 	const rpm = 6000 // 100 a second
 	ttl := 2 * time.Second
-	f := newFleet(t, 3, spender.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
+	f := newFleet(t, 3, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
 	steps, dt := 3000, 20*time.Millisecond // one virtual minute
-	admitted, _ := f.run(steps, dt, 4, []float64{0.80, 0.15, 0.05}, spender.Cost{Requests: 1})
+	admitted, _ := f.run(steps, dt, 4, []float64{0.80, 0.15, 0.05}, ration.Amount{Requests: 1})
 	window := time.Duration(steps) * dt
 	allowed := rpm + rpm*window.Minutes() // C + rho*t
 	if frac := float64(admitted) / allowed; frac < 0.97 {
@@ -266,11 +267,11 @@ func TestLeasedSkewedFleetTracksTheLimit(t *testing.T) {
 func TestLeasedLostRepliesNeverDoubleGrant(t *testing.T) {
 	const rpm = 600
 	ttl := time.Second
-	f := newFleet(t, 3, spender.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
+	f := newFleet(t, 3, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
 	for _, n := range f.nets {
 		n.loseEvery.Store(2)
 	}
-	f.run(1000, 10*time.Millisecond, 3, []float64{0.5, 0.3, 0.2}, spender.Cost{Requests: 1})
+	f.run(1000, 10*time.Millisecond, 3, []float64{0.5, 0.3, 0.2}, ration.Amount{Requests: 1})
 	lost := int64(0)
 	for _, n := range f.nets {
 		lost += n.lost.Load()
@@ -292,8 +293,8 @@ func TestLeasedLostRepliesNeverDoubleGrant(t *testing.T) {
 func TestLeasedOutageFallsBackAndRecovers(t *testing.T) {
 	const rpm = 600 // 10 a second
 	ttl := time.Second
-	f := newFleet(t, 2, spender.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
-	one := spender.Cost{Requests: 1}
+	f := newFleet(t, 2, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
+	one := ration.Amount{Requests: 1}
 	f.run(500, 10*time.Millisecond, 2, []float64{0.5, 0.5}, one) // both active; leases in place
 
 	for _, n := range f.nets {
@@ -339,9 +340,9 @@ func TestLeasedFailClosedAndOpen(t *testing.T) {
 			n := &simnet{src: newAllocator(t, clk)}
 			n.partitioned.Store(true)
 			l := newLeased(t, clk, n, spender.WithFallback(tc.policy), spender.WithSlowPathDeadline(20*time.Millisecond))
-			lim := spender.Limits{RPM: 10}
+			lim := ration.Limits{RPM: 10}
 			for i := range 50 {
-				_, err := l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1})
+				_, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1})
 				if (err == nil) != tc.admit {
 					t.Fatalf("request %d under %v: %v", i, tc.policy, err)
 				}
@@ -356,9 +357,9 @@ func TestLeasedCloseReturnsLeases(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	clk := fakeclock.New()
 	src := newAllocator(t, clk)
-	lim := spender.Limits{RPM: 100}
+	lim := ration.Limits{RPM: 100}
 	a := spender.New(clk, spender.WithLeases(src), spender.WithBatchWindow(0))
-	mustReserve(t, a, "k", lim, spender.Cost{Requests: 1}).Settle(spender.Cost{Requests: 1})
+	mustReserve(t, a, "k", lim, ration.Amount{Requests: 1}).Settle(ration.Amount{Requests: 1})
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ func TestLeasedCloseReturnsLeases(t *testing.T) {
 	var got atomic.Int64
 	for range 99 {
 		wg.Go(func() {
-			if _, err := b.Reserve(ctx, "k", lim, spender.Cost{Requests: 1}); err == nil {
+			if _, err := b.Reserve(ctx, "k", lim, ration.Amount{Requests: 1}); err == nil {
 				got.Add(1)
 			}
 		})
@@ -377,7 +378,7 @@ func TestLeasedCloseReturnsLeases(t *testing.T) {
 	if got.Load() != 99 {
 		t.Fatalf("the second spender admitted %d of the 99 left; want all (the first returned its lease)", got.Load())
 	}
-	if _, err := b.Reserve(ctx, "k", lim, spender.Cost{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
+	if _, err := b.Reserve(ctx, "k", lim, ration.Amount{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
 		t.Fatalf("101st request: %v, want rate limited", err)
 	}
 }
@@ -387,16 +388,16 @@ func TestLeasedCloseReturnsLeases(t *testing.T) {
 func TestLeasedIdleKeysAreDropped(t *testing.T) {
 	clk := fakeclock.New()
 	l := newLeased(t, clk, newAllocator(t, clk, allocator.WithTTL(time.Second)), spender.WithSweepInterval(10*time.Second), spender.WithShards(1))
-	lim := spender.Limits{RPM: 600}
+	lim := ration.Limits{RPM: 600}
 	for i := range 2000 {
-		r := mustReserve(t, l, "key-"+strconv.Itoa(i), lim, spender.Cost{Requests: 1})
-		r.Settle(spender.Cost{Requests: 1})
+		r := mustReserve(t, l, "key-"+strconv.Itoa(i), lim, ration.Amount{Requests: 1})
+		r.Settle(ration.Amount{Requests: 1})
 	}
 	if l.Keys() != 2000 {
 		t.Fatalf("holding %d keys, want 2000", l.Keys())
 	}
 	clk.Advance(2 * time.Minute)
-	l.Reserve(ctx, "another", lim, spender.Cost{}) // the one shard sweeps
+	l.Reserve(ctx, "another", lim, ration.Amount{}) // the one shard sweeps
 	if k := l.Keys(); k != 1 {
 		t.Fatalf("holding %d keys two minutes after 2000 went idle", k)
 	}
@@ -408,14 +409,14 @@ func TestLeasedIdleKeysAreDropped(t *testing.T) {
 func TestLeasedAbsurdUsageSaturates(t *testing.T) {
 	clk := fakeclock.New()
 	l := newLeased(t, clk, newAllocator(t, clk))
-	lim := spender.Limits{RPM: 60, TPM: 6000}
-	mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 10}).Settle(spender.Cost{Requests: 1, Tokens: 1<<63 - 1})
+	lim := ration.Limits{RPM: 60, TPM: 6000}
+	mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 10}).Settle(ration.Amount{Requests: 1, Tokens: 1<<63 - 1})
 	if err := l.Flush(ctx); err != nil {
 		t.Fatalf("Flush after absurd usage: %v", err)
 	}
 	fresh := newLeased(t, clk, newAllocator(t, clk)) // another allocator: unaffected
-	mustReserve(t, fresh, "k", lim, spender.Cost{Requests: 1, Tokens: 10})
-	rej := mustReject(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 10})
+	mustReserve(t, fresh, "k", lim, ration.Amount{Requests: 1, Tokens: 10})
+	rej := mustReject(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 10})
 	if rej.RetryAfter < time.Hour {
 		t.Fatalf("after a debt of about 2^50 tokens the key waits %v; want a very long wait", rej.RetryAfter)
 	}

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect/v2"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
@@ -56,8 +57,8 @@ type leaser struct {
 // aheadJob is a ReserveAt waiting for the allocator's reserve-ahead.
 type aheadJob struct {
 	st      *keyState
-	lim     Limits
-	cost    Cost
+	lim     ration.Limits
+	cost    ration.Amount
 	maxWait time.Duration
 	res     chan aheadResult // capacity 1
 }
@@ -263,12 +264,12 @@ func (lz *leaser) buildAcquire(keys []*keyState) *acquireCall {
 		ka.Key, ka.Limits = st.key, setLimits(&m.lim, st.lim)
 		ka.Want = setAmount(&m.amt[0], ls.want(st.lim, lz.cfg.horizon))
 		ka.Need = setAmount(&m.amt[1], ls.need(st.lim))
-		ka.SpendRate = setAmount(&m.amt[2], Cost{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)})
+		ka.SpendRate = setAmount(&m.amt[2], ration.Amount{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)})
 		ka.Returned = setAmount(&m.amt[3], ls.ret)
-		ka.Held = setAmount(&m.amt[4], Cost{Requests: max(0, held.Requests), Tokens: max(0, held.Tokens)})
+		ka.Held = setAmount(&m.amt[4], ration.Amount{Requests: max(0, held.Requests), Tokens: max(0, held.Tokens)})
 		ka.Debt = setAmount(&m.amt[5], ls.debt)
 		c.req.Keys = append(c.req.Keys, ka)
-		ls.ret, ls.debt, ls.waitMax, ls.waitSum = Cost{}, Cost{}, Cost{}, Cost{}
+		ls.ret, ls.debt, ls.waitMax, ls.waitSum = ration.Amount{}, ration.Amount{}, ration.Amount{}, ration.Amount{}
 		ls.queued, ls.inCall = false, true
 		c.waits[i] = ls.wait
 		ls.wait = nil
@@ -312,12 +313,12 @@ func (lz *leaser) finishAcquire(c *acquireCall, resp *leasev1.AcquireResponse, e
 }
 
 // applyGrant applies one key's answer (the caller holds the shard lock).
-func (lz *leaser) applyGrant(st *keyState, need Cost, g *leasev1.KeyGrant, expiry, recv bucket.Instant) {
+func (lz *leaser) applyGrant(st *keyState, need ration.Amount, g *leasev1.KeyGrant, expiry, recv bucket.Instant) {
 	ls := st.ls
 	ls.hasPending = false
 	ls.expiry = expiry
 	if recv >= expiry {
-		ls.avail = Cost{} // the answer came too late to spend anything
+		ls.avail = ration.Amount{} // the answer came too late to spend anything
 	}
 	ls.tooLarge = false
 	switch g.GetStatus() {
@@ -365,7 +366,7 @@ func wireDuration(us int64) time.Duration {
 
 // shortDim is the dimension whose global bucket falls short of need,
 // tokens when both or neither do.
-func shortDim(lim Limits, need Cost, sn *leasev1.Snapshot) Dimension {
+func shortDim(lim ration.Limits, need ration.Amount, sn *leasev1.Snapshot) Dimension {
 	if lim.RPM > 0 && need.Requests > sn.GetRequests().GetRemaining() &&
 		(lim.TPM == 0 || need.Tokens <= sn.GetTokens().GetRemaining()) {
 		return Requests
@@ -538,15 +539,15 @@ func (lz *leaser) maintain(force bool) {
 					continue
 				}
 				ls.valid(now)
-				send := force && (ls.debt != Cost{} || ls.ret != Cost{} || ls.avail != Cost{})
-				if ls.avail != (Cost{}) && ls.expiry <= soon {
+				send := force && (ls.debt != ration.Amount{} || ls.ret != ration.Amount{} || ls.avail != ration.Amount{})
+				if ls.avail != (ration.Amount{}) && ls.expiry <= soon {
 					if now.Sub(ls.lastUse) > lz.cfg.horizon {
 						ls.ret = add(ls.ret, ls.avail) // idle: give it back before it is lost
-						ls.avail = Cost{}
+						ls.avail = ration.Amount{}
 					}
 					send = true
 				}
-				if ls.debt != (Cost{}) || ls.ret != (Cost{}) {
+				if ls.debt != (ration.Amount{}) || ls.ret != (ration.Amount{}) {
 					send = send || now.Sub(ls.lastUse) > lz.cfg.tick || lz.fallback.Load()
 				}
 				if send {
@@ -623,12 +624,12 @@ func (lz *leaser) release(ctx context.Context) error {
 				}
 				ls.valid(now)
 				ret := add(ls.ret, ls.avail)
-				if ret == (Cost{}) && ls.debt == (Cost{}) {
+				if ret == (ration.Amount{}) && ls.debt == (ration.Amount{}) {
 					continue
 				}
 				req.Keys = append(req.Keys, &leasev1.KeyRelease{Key: st.key, Limits: toLimits(st.lim),
 					Returned: toAmount(ret), Debt: toAmount(ls.debt)})
-				ls.avail, ls.ret, ls.debt = Cost{}, Cost{}, Cost{}
+				ls.avail, ls.ret, ls.debt = ration.Amount{}, ration.Amount{}, ration.Amount{}
 			}
 		}
 		sh.mu.Unlock()

@@ -3,6 +3,7 @@ package spender
 import (
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
@@ -19,15 +20,15 @@ import (
 // span; the layout test (TestLeasedKeyLayout) keeps it so.
 type leaseState struct {
 	expiry      bucket.Instant // when avail stops being spendable
-	avail       Cost           // granted and unspent; spendable while now < expiry
-	outstanding Cost           // admitted and not yet settled (counted as held)
-	lowWater    Cost           // refresh when the lease falls below this plus a request
-	spentTotal  Cost           // spent since the state was made, net of refunds
+	avail       ration.Amount  // granted and unspent; spendable while now < expiry
+	outstanding ration.Amount  // admitted and not yet settled (counted as held)
+	lowWater    ration.Amount  // refresh when the lease falls below this plus a request
+	spentTotal  ration.Amount  // spent since the state was made, net of refunds
 	lastUse     bucket.Instant
 	// The key's global state as of the last answer, for headers: whole
 	// units left in the global buckets, copied out of the answer so the
 	// hot path reads no message.
-	snapRem Cost
+	snapRem ration.Amount
 	snapAt  bucket.Instant
 	gen     uint32 // moves on each time the lease is seen to expire
 	queued  bool   // waiting for the next Acquire
@@ -42,19 +43,19 @@ type leaseState struct {
 // leaseCold is the part of a key's lease state that admissions do not
 // touch (unless they overrun, or fail to be admitted from the lease).
 type leaseCold struct {
-	debt Cost // spent beyond any grant, not yet reported
-	ret  Cost // to give back on the next call
+	debt ration.Amount // spent beyond any grant, not yet reported
+	ret  ration.Amount // to give back on the next call
 
 	// lastCost is a request's cost recorded before the spend rate is
 	// known, to size the first asks (want).
-	lastCost Cost
+	lastCost ration.Amount
 
 	notBefore bucket.Instant // after NOT_COVERED: answer locally until then
 	shortDim  Dimension      // the dimension that was short then
 	tooLarge  bool           // the allocator said the last need can never fit
 
-	waitMax    Cost           // the largest cost a blocked Reserve waits for
-	waitSum    Cost           // the sum of the costs blocked Reserves wait for
+	waitMax    ration.Amount  // the largest cost a blocked Reserve waits for
+	waitSum    ration.Amount  // the sum of the costs blocked Reserves wait for
 	wait       chan struct{}  // closed when the next Acquire carrying this key ends
 	pending    bucket.Instant // manual leasing: when a Reserve first waited
 	hasPending bool           // manual leasing: a Reserve is waiting
@@ -64,11 +65,11 @@ type leaseCold struct {
 	// Spend rate, estimated at each call from spentTotal (leaseState.rated
 	// says whether rateAt and rateBase are set).
 	rateAt           bucket.Instant
-	rateBase         Cost
+	rateBase         ration.Amount
 	rateReq, rateTok float64 // per second
 
-	fallback bool   // fallback buckets (keyState.req/tok) are at fbLim
-	fbLim    Limits // the share the fallback buckets were made for
+	fallback bool          // fallback buckets (keyState.req/tok) are at fbLim
+	fbLim    ration.Limits // the share the fallback buckets were made for
 }
 
 // valid reports whether the lease may be spent at now, dropping it if not:
@@ -78,20 +79,20 @@ func (ls *leaseState) valid(now bucket.Instant) bool {
 	if now < ls.expiry {
 		return true
 	}
-	if ls.avail != (Cost{}) || ls.gen == 0 {
-		ls.avail = Cost{}
+	if ls.avail != (ration.Amount{}) || ls.gen == 0 {
+		ls.avail = ration.Amount{}
 		ls.gen++
 	}
 	return false
 }
 
 // covers reports whether the lease covers c in every limited dimension.
-func (ls *leaseState) covers(lim Limits, c Cost) bool {
+func (ls *leaseState) covers(lim ration.Limits, c ration.Amount) bool {
 	return (lim.RPM == 0 || ls.avail.Requests >= c.Requests) && (lim.TPM == 0 || ls.avail.Tokens >= c.Tokens)
 }
 
 // spend moves c from the lease to outstanding and records it.
-func (ls *leaseState) spend(lim Limits, c Cost, now bucket.Instant) {
+func (ls *leaseState) spend(lim ration.Limits, c ration.Amount, now bucket.Instant) {
 	c = limitedPart(lim, c)
 	ls.avail = sub(ls.avail, c)
 	ls.outstanding = add(ls.outstanding, c)
@@ -99,7 +100,7 @@ func (ls *leaseState) spend(lim Limits, c Cost, now bucket.Instant) {
 }
 
 // record counts c as spent now, for the rate estimate and the headers.
-func (ls *leaseState) record(c Cost, now bucket.Instant) {
+func (ls *leaseState) record(c ration.Amount, now bucket.Instant) {
 	ls.spentTotal = add(ls.spentTotal, c)
 	if !ls.rated {
 		ls.lastCost = c
@@ -116,10 +117,10 @@ func (ls *leaseState) record(c Cost, now bucket.Instant) {
 // at since: then a refund added to it is dropped at the next look, before
 // anyone can spend it, and an overrun taken from it consumes budget that
 // was granted and never returned.
-func (ls *leaseState) settle(lim Limits, reserved, actual Cost, gen uint32) {
+func (ls *leaseState) settle(lim ration.Limits, reserved, actual ration.Amount, gen uint32) {
 	reserved, actual = limitedPart(lim, reserved), limitedPart(lim, actual)
 	ls.outstanding = sub(ls.outstanding, reserved)
-	ls.outstanding = Cost{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
+	ls.outstanding = ration.Amount{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
 	ls.spentTotal = add(ls.spentTotal, sub(actual, reserved))
 	valid := gen == ls.gen
 	// adjust returns what the lease cannot cover of an overrun: the debt.
@@ -141,7 +142,7 @@ func (ls *leaseState) settle(lim Limits, reserved, actual Cost, gen uint32) {
 	dr := adjust(&ls.avail.Requests, reserved.Requests, actual.Requests)
 	dt := adjust(&ls.avail.Tokens, reserved.Tokens, actual.Tokens)
 	if dr != 0 || dt != 0 { // only then touch the cold part
-		ls.debt = add(ls.debt, Cost{Requests: dr, Tokens: dt})
+		ls.debt = add(ls.debt, ration.Amount{Requests: dr, Tokens: dt})
 	}
 }
 
@@ -150,7 +151,7 @@ func (ls *leaseState) setSnapshot(sn *leasev1.Snapshot, now bucket.Instant) {
 	if sn == nil {
 		return
 	}
-	ls.snapRem = Cost{Requests: sn.GetRequests().GetRemaining(), Tokens: sn.GetTokens().GetRemaining()}
+	ls.snapRem = ration.Amount{Requests: sn.GetRequests().GetRemaining(), Tokens: sn.GetTokens().GetRemaining()}
 	ls.snapAt, ls.hasSnap = now, true
 }
 
@@ -158,7 +159,7 @@ func (ls *leaseState) setSnapshot(sn *leasev1.Snapshot, now bucket.Instant) {
 // holds: the allocator's word is authoritative (after it lost state it
 // could not vouch for, it counts old holdings as zero), so an unspent
 // lease above it is dropped. Unsettled requests stay admitted.
-func (ls *leaseState) trimTo(lim Limits, held Cost) {
+func (ls *leaseState) trimTo(lim ration.Limits, held ration.Amount) {
 	local := add(ls.avail, ls.outstanding)
 	if lim.RPM > 0 && local.Requests > held.Requests {
 		ls.avail.Requests = max(0, ls.avail.Requests-(local.Requests-held.Requests))
@@ -194,35 +195,35 @@ func (ls *leaseState) updateRate(now bucket.Instant) {
 // need is the least grant worth having for the blocked Reserves: the
 // largest one's shortfall against the lease as it is now (so the wait the
 // allocator names is the exact global one).
-func (ls *leaseState) need(lim Limits) Cost {
-	return limitedPart(lim, Cost{Requests: max(0, ls.waitMax.Requests-ls.avail.Requests), Tokens: max(0, ls.waitMax.Tokens-ls.avail.Tokens)})
+func (ls *leaseState) need(lim ration.Limits) ration.Amount {
+	return limitedPart(lim, ration.Amount{Requests: max(0, ls.waitMax.Requests-ls.avail.Requests), Tokens: max(0, ls.waitMax.Tokens-ls.avail.Tokens)})
 }
 
 // want is what to ask for on top of the lease: spend rate × horizon plus
 // what the blocked Reserves wait for (a few requests' worth, at most an
 // eighth of the capacity, while the rate is unknown), at least the need.
-func (ls *leaseState) want(lim Limits, horizon time.Duration) Cost {
+func (ls *leaseState) want(lim ration.Limits, horizon time.Duration) ration.Amount {
 	h := horizon.Seconds()
-	target := Cost{Requests: int64(ls.rateReq * h), Tokens: int64(ls.rateTok * h)}
+	target := ration.Amount{Requests: int64(ls.rateReq * h), Tokens: int64(ls.rateTok * h)}
 	if ls.rateReq == 0 && ls.rateTok == 0 {
 		// No history yet: a few requests' worth, but never more than an
 		// eighth of the key's capacity, so that the first gateway to see a
 		// small key does not lease all of it while others see it empty.
-		target = Cost{
+		target = ration.Amount{
 			Requests: min(4*max(1, ls.lastCost.Requests), capacityOf(lim.RPM, lim.BurstRequests)/8),
 			Tokens:   min(4*ls.lastCost.Tokens, capacityOf(lim.TPM, lim.BurstTokens)/8),
 		}
 	}
 	target = add(target, ls.waitSum)
 	need := ls.need(lim)
-	w := Cost{Requests: max(0, target.Requests-ls.avail.Requests), Tokens: max(0, target.Tokens-ls.avail.Tokens)}
-	w = Cost{Requests: max(w.Requests, need.Requests), Tokens: max(w.Tokens, need.Tokens)}
+	w := ration.Amount{Requests: max(0, target.Requests-ls.avail.Requests), Tokens: max(0, target.Tokens-ls.avail.Tokens)}
+	w = ration.Amount{Requests: max(w.Requests, need.Requests), Tokens: max(w.Tokens, need.Tokens)}
 	return limitedPart(lim, w)
 }
 
 // low reports whether the lease has fallen below its low watermark: what
 // the key spends in lead time, plus the last request's cost.
-func (ls *leaseState) low(lim Limits, c Cost) bool {
+func (ls *leaseState) low(lim ration.Limits, c ration.Amount) bool {
 	return (lim.RPM > 0 && ls.avail.Requests < ls.lowWater.Requests+c.Requests) ||
 		(lim.TPM > 0 && ls.avail.Tokens < ls.lowWater.Tokens+c.Tokens)
 }
@@ -231,13 +232,13 @@ func (ls *leaseState) low(lim Limits, c Cost) bool {
 // its estimated rate.
 func (ls *leaseState) setLowWater(lead time.Duration) {
 	s := lead.Seconds()
-	ls.lowWater = Cost{Requests: int64(ls.rateReq * s), Tokens: int64(ls.rateTok * s)}
+	ls.lowWater = ration.Amount{Requests: int64(ls.rateReq * s), Tokens: int64(ls.rateTok * s)}
 }
 
 // idle reports whether the state holds nothing and may be dropped.
 func (ls *leaseState) idle(now bucket.Instant) bool {
 	ls.valid(now)
-	return ls.avail == Cost{} && ls.outstanding == Cost{} && ls.debt == Cost{} && ls.ret == Cost{} &&
+	return ls.avail == ration.Amount{} && ls.outstanding == ration.Amount{} && ls.debt == ration.Amount{} && ls.ret == ration.Amount{} &&
 		!ls.queued && !ls.inCall && ls.notBefore <= now && now.Sub(ls.lastUse) > time.Minute
 }
 
@@ -247,7 +248,7 @@ func (ls *leaseState) idle(now bucket.Instant) bool {
 // and the time the bucket needs to be full again from there. With one
 // spender this is exact; with several, other spenders' unspent leases and
 // spending since the last answer are not seen.
-func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
+func (ls *leaseState) status(lim ration.Limits, now bucket.Instant) Status {
 	req, tok := ls.remaining(lim, now)
 	return leasedStatus(lim, req, tok)
 }
@@ -255,7 +256,7 @@ func (ls *leaseState) status(lim Limits, now bucket.Instant) Status {
 // remaining is the Remaining part of status, per dimension (0 for an
 // unlimited one). A reservation keeps only these and computes the rest of
 // its Status when asked.
-func (ls *leaseState) remaining(lim Limits, now bucket.Instant) (req, tok int64) {
+func (ls *leaseState) remaining(lim ration.Limits, now bucket.Instant) (req, tok int64) {
 	age := float64(max(0, int64(now-ls.snapAt)))
 	// Floating point suffices here: these numbers are what a client is
 	// told, never what is admitted, and it spares integer divisions on the
@@ -281,7 +282,7 @@ func (ls *leaseState) remaining(lim Limits, now bucket.Instant) (req, tok int64)
 // leasedStatus is the Status of a key with limits lim and req requests and
 // tok tokens remaining: each limited dimension's capacity, what remains,
 // and how long its global bucket takes to refill from there.
-func leasedStatus(lim Limits, req, tok int64) Status {
+func leasedStatus(lim ration.Limits, req, tok int64) Status {
 	dim := func(rate, burst, remaining int64) (int64, int64, time.Duration) {
 		limit := capacityOf(rate, burst)
 		if remaining >= limit {
@@ -310,7 +311,7 @@ func capacityOf(rate, burst int64) int64 {
 }
 
 // limitedPart zeroes the dimensions of c that lim leaves unlimited.
-func limitedPart(lim Limits, c Cost) Cost {
+func limitedPart(lim ration.Limits, c ration.Amount) ration.Amount {
 	if lim.RPM == 0 {
 		c.Requests = 0
 	}
@@ -320,8 +321,12 @@ func limitedPart(lim Limits, c Cost) Cost {
 	return c
 }
 
-func add(a, b Cost) Cost { return Cost{Requests: a.Requests + b.Requests, Tokens: a.Tokens + b.Tokens} }
-func sub(a, b Cost) Cost { return Cost{Requests: a.Requests - b.Requests, Tokens: a.Tokens - b.Tokens} }
+func add(a, b ration.Amount) ration.Amount {
+	return ration.Amount{Requests: a.Requests + b.Requests, Tokens: a.Tokens + b.Tokens}
+}
+func sub(a, b ration.Amount) ration.Amount {
+	return ration.Amount{Requests: a.Requests - b.Requests, Tokens: a.Tokens - b.Tokens}
+}
 
 // maxWire is the largest amount the lease protocol carries (the
 // allocator's MaxAmount); amounts above it saturate rather than make the
@@ -329,22 +334,22 @@ func sub(a, b Cost) Cost { return Cost{Requests: a.Requests - b.Requests, Tokens
 const maxWire = 1 << 50
 
 // toAmount is c on the wire: each field clamped to [0, maxWire].
-func toAmount(c Cost) *leasev1.Amount { return setAmount(new(leasev1.Amount), c) }
+func toAmount(c ration.Amount) *leasev1.Amount { return setAmount(new(leasev1.Amount), c) }
 
 // setAmount sets a to c on the wire (see toAmount) and returns a.
-func setAmount(a *leasev1.Amount, c Cost) *leasev1.Amount {
+func setAmount(a *leasev1.Amount, c ration.Amount) *leasev1.Amount {
 	a.Requests, a.Tokens = min(max(0, c.Requests), maxWire), min(max(0, c.Tokens), maxWire)
 	return a
 }
 
-func fromAmount(a *leasev1.Amount) Cost {
-	return Cost{Requests: a.GetRequests(), Tokens: a.GetTokens()}
+func fromAmount(a *leasev1.Amount) ration.Amount {
+	return ration.Amount{Requests: a.GetRequests(), Tokens: a.GetTokens()}
 }
 
-func toLimits(l Limits) *leasev1.Limits { return setLimits(new(leasev1.Limits), l) }
+func toLimits(l ration.Limits) *leasev1.Limits { return setLimits(new(leasev1.Limits), l) }
 
 // setLimits sets m to l on the wire and returns m.
-func setLimits(m *leasev1.Limits, l Limits) *leasev1.Limits {
+func setLimits(m *leasev1.Limits, l ration.Limits) *leasev1.Limits {
 	m.Rpm, m.Tpm, m.BurstRequests, m.BurstTokens = l.RPM, l.TPM, l.BurstRequests, l.BurstTokens
 	return m
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 )
 
@@ -33,7 +34,7 @@ import (
 // state. Memory is bounded by the keys active within the last
 // refill-to-full period (see WithSweepInterval).
 type Limiter struct {
-	clock    Clock
+	clock    ration.Clock
 	sysClock bool      // clock is SystemClock: read the monotonic clock only
 	epoch    time.Time // Instant 0; taken from the clock at New
 	seed     maphash.Seed
@@ -65,15 +66,15 @@ const minSweepLen = 64
 // budget in this process. With WithLeases it spends leases from an
 // allocator instead, so that many Limiters share each key's global budget;
 // such a Limiter must be closed with Close.
-func New(clock Clock, opts ...Option) *Limiter {
+func New(clock ration.Clock, opts ...Option) *Limiter {
 	if clock == nil {
-		clock = SystemClock{}
+		clock = ration.SystemClock{}
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	_, sys := clock.(SystemClock)
+	_, sys := clock.(ration.SystemClock)
 	l := &Limiter{
 		clock:    clock,
 		sysClock: sys,
@@ -99,7 +100,7 @@ func New(clock Clock, opts ...Option) *Limiter {
 // key's status. A cost above a bucket's capacity is rejected with Oversize
 // set and no RetryAfter. It never blocks and never touches the network.
 // ctx is not consulted by the standalone Limiter.
-func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, c Cost) (Reservation, error) {
+func (l *Limiter) Reserve(ctx context.Context, key string, lim ration.Limits, c ration.Amount) (Reservation, error) {
 	r, _, err := l.reserve(ctx, key, lim, c, 0, false)
 	if err != nil {
 		return nil, err
@@ -114,7 +115,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim Limits, c Cost) (
 // than now+maxWait, ReserveAt reserves nothing and returns a *RejectError
 // whose RetryAfter is the wait that would have been needed. A negative
 // maxWait counts as 0.
-func (l *Limiter) ReserveAt(ctx context.Context, key string, lim Limits, c Cost, maxWait time.Duration) (Reservation, time.Time, error) {
+func (l *Limiter) ReserveAt(ctx context.Context, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration) (Reservation, time.Time, error) {
 	r, at, err := l.reserve(ctx, key, lim, c, max(0, maxWait), true)
 	if err != nil {
 		return nil, time.Time{}, err
@@ -123,16 +124,16 @@ func (l *Limiter) ReserveAt(ctx context.Context, key string, lim Limits, c Cost,
 }
 
 // reserve is Reserve (maxWait 0) and ReserveAt.
-func (l *Limiter) reserve(ctx context.Context, key string, lim Limits, c Cost, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
-	if key == "" || len(key) > MaxKeyLen {
-		return nil, time.Time{}, fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidKey, len(key), MaxKeyLen)
+func (l *Limiter) reserve(ctx context.Context, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
+	if err := ration.ValidKey(key); err != nil {
+		return nil, time.Time{}, fmt.Errorf("%w: %w", ErrInvalidKey, err)
 	}
 	if c.Requests < 0 || c.Tokens < 0 {
 		return nil, time.Time{}, fmt.Errorf("%w: %+v has a negative field", ErrInvalidCost, c)
 	}
 	if lim.RPM == 0 && lim.TPM == 0 {
 		if lim.BurstRequests < 0 || lim.BurstTokens < 0 {
-			return nil, time.Time{}, validateLimits(lim)
+			return nil, time.Time{}, lim.Validate()
 		}
 		if ahead {
 			return unlimited{}, l.clock.Now(), nil
@@ -180,7 +181,7 @@ func (l *Limiter) timeOf(i bucket.Instant) time.Time { return i.Time(l.epoch) }
 
 // lockKey locks key's shard, sweeps it when due, and returns the shard and
 // key's state with the shard still locked; on error the shard is unlocked.
-func (l *Limiter) lockKey(h uint64, key string, lim Limits, now bucket.Instant) (*shard, *keyState, error) {
+func (l *Limiter) lockKey(h uint64, key string, lim ration.Limits, now bucket.Instant) (*shard, *keyState, error) {
 	sh := &l.shards[h&l.mask]
 	sh.mu.Lock()
 	if now >= sh.sweepAt || sh.n >= sh.sweepLen {
@@ -199,12 +200,12 @@ func (l *Limiter) lockKey(h uint64, key string, lim Limits, now bucket.Instant) 
 // stored ones, so the steady state pays one comparison. A standalone key
 // starts with full buckets; a leased key starts holding no lease and only
 // records new limits (the allocator follows the latest it is sent).
-func (sh *shard) lookupLocked(h uint64, key string, lim Limits, now bucket.Instant) (*keyState, error) {
+func (sh *shard) lookupLocked(h uint64, key string, lim ration.Limits, now bucket.Instant) (*keyState, error) {
 	st := sh.findLocked(h, key)
 	if st != nil && st.lim == lim {
 		return st, nil
 	}
-	if err := validateLimits(lim); err != nil {
+	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -353,18 +354,18 @@ type reservation struct {
 	sh   *shard     // st.sh, kept here so that settling reads one cache line less
 	st   *keyState  // may be dropped (dead) by a sweep before settlement
 	kl   *keyLimits // the key's limits at admission
-	cost Cost
+	cost ration.Amount
 	lvl  [2]int64 // the buckets' levels right after admission; with kl, the Status
 	done bool     // guarded by st.sh.mu
 }
 
 func (r *reservation) Status() Status { return r.kl.status(r.lvl[0], r.lvl[1]) }
 
-func (r *reservation) Cancel() { r.Settle(Cost{}) }
+func (r *reservation) Cancel() { r.Settle(ration.Amount{}) }
 
-func (r *reservation) Settle(actual Cost) {
+func (r *reservation) Settle(actual ration.Amount) {
 	actual.Requests, actual.Tokens = max(0, actual.Requests), max(0, actual.Tokens)
-	refund := Cost{Requests: r.cost.Requests - actual.Requests, Tokens: r.cost.Tokens - actual.Tokens}
+	refund := ration.Amount{Requests: r.cost.Requests - actual.Requests, Tokens: r.cost.Tokens - actual.Tokens}
 	sh := r.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -397,14 +398,14 @@ func (r *reservation) Settle(actual Cost) {
 		st.advance(now)
 	}
 	// Each dimension is either refunded or charged, never both.
-	st.give(Cost{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
-	st.take(Cost{Requests: max(0, -refund.Requests), Tokens: max(0, -refund.Tokens)})
+	st.give(ration.Amount{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
+	st.take(ration.Amount{Requests: max(0, -refund.Requests), Tokens: max(0, -refund.Tokens)})
 }
 
 // unlimited is the Reservation for a key with no limited dimension: it
 // holds nothing and its Status is all zeros.
 type unlimited struct{}
 
-func (unlimited) Settle(Cost)    {}
-func (unlimited) Cancel()        {}
-func (unlimited) Status() Status { return Status{} }
+func (unlimited) Settle(ration.Amount) {}
+func (unlimited) Cancel()              {}
+func (unlimited) Status() Status       { return Status{} }

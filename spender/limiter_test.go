@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 )
@@ -15,7 +16,7 @@ import (
 var ctx = context.Background()
 
 // mustReserve reserves c or fails the test.
-func mustReserve(t *testing.T, l *spender.Limiter, key string, lim spender.Limits, c spender.Cost) spender.Reservation {
+func mustReserve(t *testing.T, l *spender.Limiter, key string, lim ration.Limits, c ration.Amount) spender.Reservation {
 	t.Helper()
 	r, err := l.Reserve(ctx, key, lim, c)
 	if err != nil {
@@ -25,7 +26,7 @@ func mustReserve(t *testing.T, l *spender.Limiter, key string, lim spender.Limit
 }
 
 // mustReject expects a *RejectError and returns it.
-func mustReject(t *testing.T, l *spender.Limiter, key string, lim spender.Limits, c spender.Cost) *spender.RejectError {
+func mustReject(t *testing.T, l *spender.Limiter, key string, lim ration.Limits, c ration.Amount) *spender.RejectError {
 	t.Helper()
 	r, err := l.Reserve(ctx, key, lim, c)
 	var rej *spender.RejectError
@@ -39,10 +40,10 @@ func mustReject(t *testing.T, l *spender.Limiter, key string, lim spender.Limits
 func TestHandExample(t *testing.T) {
 	clk := fakeclock.New()
 	l := spender.New(clk)
-	lim := spender.Limits{RPM: 3, TPM: 1000}
+	lim := ration.Limits{RPM: 3, TPM: 1000}
 
 	// 1. Reserve 300 tokens (prompt 60 + max_tokens 240).
-	r1 := mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 300})
+	r1 := mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 300})
 	want := spender.Status{LimitRequests: 3, RemainingRequests: 2, LimitTokens: 1000, RemainingTokens: 700,
 		ResetTokens: 18 * time.Second, ResetRequests: 20 * time.Second}
 	if got := r1.Status(); got != want {
@@ -50,10 +51,10 @@ func TestHandExample(t *testing.T) {
 	}
 
 	// 2. It used 120: the refund of 180 brings the token bucket to 880.
-	r1.Settle(spender.Cost{Requests: 1, Tokens: 120})
+	r1.Settle(ration.Amount{Requests: 1, Tokens: 120})
 
 	// 3. Still at t=0, 900 tokens: 880 < 900, wait (900-880)*60/1000 = 1.2 s.
-	rej := mustReject(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 900})
+	rej := mustReject(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 900})
 	if rej.RetryAfter != 1200*time.Millisecond {
 		t.Errorf("step 3 RetryAfter = %v, want 1.2s", rej.RetryAfter)
 	}
@@ -70,7 +71,7 @@ func TestHandExample(t *testing.T) {
 	// 4. At t=1.2 s the token bucket holds exactly 900: admitted, leaving 0;
 	// the request bucket refilled 0.06 to 2.06 and keeps 1.06.
 	clk.Advance(1200 * time.Millisecond)
-	r4 := mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 900})
+	r4 := mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 900})
 	s := r4.Status()
 	if s.RemainingTokens != 0 || s.RemainingRequests != 1 {
 		t.Errorf("step 4 status = %+v, want remaining tokens 0 and requests 1", s)
@@ -85,8 +86,8 @@ func TestHandExample(t *testing.T) {
 func TestBurstThenRefill(t *testing.T) {
 	clk := fakeclock.New()
 	l := spender.New(clk)
-	lim := spender.Limits{RPM: 60}
-	one := spender.Cost{Requests: 1}
+	lim := ration.Limits{RPM: 60}
+	one := ration.Amount{Requests: 1}
 	for i := range 60 {
 		if _, err := l.Reserve(ctx, "k", lim, one); err != nil {
 			t.Fatalf("request %d of the burst: %v", i+1, err)
@@ -124,10 +125,10 @@ func TestBurstThenRefill(t *testing.T) {
 func TestSettleChargesOverrun(t *testing.T) {
 	clk := fakeclock.New()
 	l := spender.New(clk)
-	lim := spender.Limits{TPM: 600}
-	r := mustReserve(t, l, "k", lim, spender.Cost{Tokens: 100})
-	r.Settle(spender.Cost{Tokens: 700})
-	rej := mustReject(t, l, "k", lim, spender.Cost{Tokens: 10})
+	lim := ration.Limits{TPM: 600}
+	r := mustReserve(t, l, "k", lim, ration.Amount{Tokens: 100})
+	r.Settle(ration.Amount{Tokens: 700})
+	rej := mustReject(t, l, "k", lim, ration.Amount{Tokens: 10})
 	if rej.RetryAfter != 11*time.Second {
 		t.Fatalf("RetryAfter = %v, want 11s", rej.RetryAfter)
 	}
@@ -135,15 +136,15 @@ func TestSettleChargesOverrun(t *testing.T) {
 		t.Fatalf("status = %+v, want 0 remaining and 70s to full", rej.Status)
 	}
 	clk.Advance(11 * time.Second)
-	mustReserve(t, l, "k", lim, spender.Cost{Tokens: 10})
+	mustReserve(t, l, "k", lim, ration.Amount{Tokens: 10})
 
 	// A long response: the bucket refilled to full before the overrun is
 	// known. The refill is counted first and capped, then the overrun is
 	// charged: 600 - 600 = 0, so 10 tokens wait 1 s.
-	r = mustReserve(t, l, "long", lim, spender.Cost{Tokens: 100})
+	r = mustReserve(t, l, "long", lim, ration.Amount{Tokens: 100})
 	clk.Advance(time.Minute)
-	r.Settle(spender.Cost{Tokens: 700})
-	if rej := mustReject(t, l, "long", lim, spender.Cost{Tokens: 10}); rej.RetryAfter != time.Second {
+	r.Settle(ration.Amount{Tokens: 700})
+	if rej := mustReject(t, l, "long", lim, ration.Amount{Tokens: 10}); rej.RetryAfter != time.Second {
 		t.Fatalf("after a long response RetryAfter = %v, want 1s", rej.RetryAfter)
 	}
 }
@@ -153,11 +154,11 @@ func TestSettleChargesOverrun(t *testing.T) {
 func TestCancelAndSettleOnce(t *testing.T) {
 	clk := fakeclock.New()
 	l := spender.New(clk)
-	lim := spender.Limits{RPM: 10, TPM: 1000}
-	c := spender.Cost{Requests: 1, Tokens: 400}
+	lim := ration.Limits{RPM: 10, TPM: 1000}
+	c := ration.Amount{Requests: 1, Tokens: 400}
 	remaining := func() spender.Status {
 		t.Helper()
-		r := mustReserve(t, l, "k", lim, spender.Cost{})
+		r := mustReserve(t, l, "k", lim, ration.Amount{})
 		return r.Status()
 	}
 
@@ -167,15 +168,15 @@ func TestCancelAndSettleOnce(t *testing.T) {
 		t.Fatalf("after cancel: %+v, want everything back", s)
 	}
 	r.Cancel()
-	r.Settle(spender.Cost{Requests: 1, Tokens: 0})
+	r.Settle(ration.Amount{Requests: 1, Tokens: 0})
 	if s := remaining(); s.RemainingTokens != 1000 || s.RemainingRequests != 10 {
 		t.Fatalf("a second cancel or a settle after cancel changed the level: %+v", s)
 	}
 
 	r = mustReserve(t, l, "k", lim, c)
-	r.Settle(spender.Cost{Requests: 1, Tokens: 100})
+	r.Settle(ration.Amount{Requests: 1, Tokens: 100})
 	r.Cancel()
-	r.Settle(spender.Cost{Requests: 0, Tokens: 0})
+	r.Settle(ration.Amount{Requests: 0, Tokens: 0})
 	if s := remaining(); s.RemainingTokens != 900 || s.RemainingRequests != 9 {
 		t.Fatalf("after settle then cancel: %+v, want 900 tokens and 9 requests", s)
 	}
@@ -184,26 +185,26 @@ func TestCancelAndSettleOnce(t *testing.T) {
 // TestZeroMeansUnlimited: limits of 0 never reject.
 func TestZeroMeansUnlimited(t *testing.T) {
 	l := spender.New(fakeclock.New())
-	for _, lim := range []spender.Limits{{}, {RPM: 0, TPM: 0, BurstTokens: 5}} {
+	for _, lim := range []ration.Limits{{}, {RPM: 0, TPM: 0, BurstTokens: 5}} {
 		for range 10000 {
-			r := mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 1 << 40})
+			r := mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 1 << 40})
 			if s := r.Status(); s != (spender.Status{}) {
 				t.Fatalf("unlimited status = %+v, want zero", s)
 			}
-			r.Settle(spender.Cost{Requests: 1, Tokens: 1 << 50})
+			r.Settle(ration.Amount{Requests: 1, Tokens: 1 << 50})
 		}
 	}
 	// One dimension unlimited: only the other one counts.
-	lim := spender.Limits{RPM: 2}
+	lim := ration.Limits{RPM: 2}
 	for range 2 {
-		mustReserve(t, l, "half", lim, spender.Cost{Requests: 1, Tokens: 1 << 40})
+		mustReserve(t, l, "half", lim, ration.Amount{Requests: 1, Tokens: 1 << 40})
 	}
-	if rej := mustReject(t, l, "half", lim, spender.Cost{Requests: 1}); rej.Dimension != spender.Requests {
+	if rej := mustReject(t, l, "half", lim, ration.Amount{Requests: 1}); rej.Dimension != spender.Requests {
 		t.Fatalf("rejected on %v, want requests", rej.Dimension)
 	}
-	lim = spender.Limits{TPM: 100}
+	lim = ration.Limits{TPM: 100}
 	for range 1000 {
-		r := mustReserve(t, l, "tok", lim, spender.Cost{Requests: 1, Tokens: 0})
+		r := mustReserve(t, l, "tok", lim, ration.Amount{Requests: 1, Tokens: 0})
 		if s := r.Status(); s.LimitRequests != 0 || s.LimitTokens != 100 {
 			t.Fatalf("status = %+v, want only the token dimension", s)
 		}
@@ -214,8 +215,8 @@ func TestZeroMeansUnlimited(t *testing.T) {
 // when the bucket is full; 1000 fits.
 func TestOversizeCostRejected(t *testing.T) {
 	l := spender.New(fakeclock.New())
-	lim := spender.Limits{RPM: 10, TPM: 1000}
-	rej := mustReject(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 1001})
+	lim := ration.Limits{RPM: 10, TPM: 1000}
+	rej := mustReject(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 1001})
 	if !rej.Oversize || rej.RetryAfter != 0 || rej.Dimension != spender.Tokens {
 		t.Fatalf("rejection = %+v, want Oversize on tokens with no RetryAfter", rej)
 	}
@@ -225,12 +226,12 @@ func TestOversizeCostRejected(t *testing.T) {
 	if rej.Status.RemainingTokens != 1000 {
 		t.Fatalf("oversize rejection reserved something: %+v", rej.Status)
 	}
-	mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 1000})
-	if rej := mustReject(t, l, "k", lim, spender.Cost{Requests: 11}); !rej.Oversize || rej.Dimension != spender.Requests {
+	mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 1000})
+	if rej := mustReject(t, l, "k", lim, ration.Amount{Requests: 11}); !rej.Oversize || rej.Dimension != spender.Requests {
 		t.Fatalf("11 requests against RPM 10: %+v, want Oversize on requests", rej)
 	}
 	// Wait mode refuses it too, whatever the max wait.
-	if _, _, err := l.ReserveAt(ctx, "k", lim, spender.Cost{Tokens: 1001}, time.Hour); !errors.Is(err, spender.ErrExceedsCapacity) {
+	if _, _, err := l.ReserveAt(ctx, "k", lim, ration.Amount{Tokens: 1001}, time.Hour); !errors.Is(err, spender.ErrExceedsCapacity) {
 		t.Fatalf("ReserveAt oversize = %v, want ErrExceedsCapacity", err)
 	}
 }
@@ -238,12 +239,12 @@ func TestOversizeCostRejected(t *testing.T) {
 // TestKeysAreIndependent: key a exhausted, key b untouched.
 func TestKeysAreIndependent(t *testing.T) {
 	l := spender.New(fakeclock.New())
-	lim := spender.Limits{RPM: 5, TPM: 500}
+	lim := ration.Limits{RPM: 5, TPM: 500}
 	for range 5 {
-		mustReserve(t, l, "a", lim, spender.Cost{Requests: 1, Tokens: 100})
+		mustReserve(t, l, "a", lim, ration.Amount{Requests: 1, Tokens: 100})
 	}
-	mustReject(t, l, "a", lim, spender.Cost{Requests: 1, Tokens: 1})
-	r := mustReserve(t, l, "b", lim, spender.Cost{Requests: 1, Tokens: 100})
+	mustReject(t, l, "a", lim, ration.Amount{Requests: 1, Tokens: 1})
+	r := mustReserve(t, l, "b", lim, ration.Amount{Requests: 1, Tokens: 100})
 	if s := r.Status(); s.RemainingRequests != 4 || s.RemainingTokens != 400 {
 		t.Fatalf("key b status = %+v, want 4 requests and 400 tokens left", s)
 	}
@@ -252,14 +253,14 @@ func TestKeysAreIndependent(t *testing.T) {
 // TestConcurrentReserve: 1000 goroutines against RPM 100 admit exactly 100.
 func TestConcurrentReserve(t *testing.T) {
 	l := spender.New(fakeclock.New())
-	lim := spender.Limits{RPM: 100, TPM: 1_000_000}
+	lim := ration.Limits{RPM: 100, TPM: 1_000_000}
 	var admitted, rejected atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for range 1000 {
 		wg.Go(func() {
 			<-start
-			_, err := l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1, Tokens: 10})
+			_, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1, Tokens: 10})
 			switch {
 			case err == nil:
 				admitted.Add(1)

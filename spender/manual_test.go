@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect/v2"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 )
@@ -20,8 +21,8 @@ func TestManualLeasing(t *testing.T) {
 	src := newAllocator(t, clk)
 	l := spender.New(clk, spender.WithLeases(src), spender.WithManualLeasing(), spender.WithSlowPathDeadline(time.Second))
 	defer l.Close(context.Background())
-	lim := spender.Limits{RPM: 60}
-	one := spender.Cost{Requests: 1}
+	lim := ration.Limits{RPM: 60}
+	one := ration.Amount{Requests: 1}
 
 	if _, err := l.Reserve(ctx, "k", lim, one); !errors.Is(err, spender.ErrLeasePending) {
 		t.Fatalf("first Reserve = %v, want ErrLeasePending", err)
@@ -92,18 +93,18 @@ func TestManualLeasing(t *testing.T) {
 func TestAdmissionPath(t *testing.T) {
 	clk := fakeclock.New()
 	standalone := spender.New(clk)
-	if p := spender.AdmissionPath(mustReserve(t, standalone, "k", spender.Limits{RPM: 1}, spender.Cost{Requests: 1})); p != spender.PathStandalone {
+	if p := spender.AdmissionPath(mustReserve(t, standalone, "k", ration.Limits{RPM: 1}, ration.Amount{Requests: 1})); p != spender.PathStandalone {
 		t.Errorf("standalone path %q", p)
 	}
-	if p := spender.AdmissionPath(mustReserve(t, standalone, "k", spender.Limits{}, spender.Cost{Requests: 1})); p != spender.PathUnlimited {
+	if p := spender.AdmissionPath(mustReserve(t, standalone, "k", ration.Limits{}, ration.Amount{Requests: 1})); p != spender.PathUnlimited {
 		t.Errorf("unlimited path %q", p)
 	}
 	l := newLeased(t, clk, newAllocator(t, clk))
-	lim := spender.Limits{RPM: 600}
-	if p := spender.AdmissionPath(mustReserve(t, l, "k", lim, spender.Cost{Requests: 1})); p != spender.PathSlow {
+	lim := ration.Limits{RPM: 600}
+	if p := spender.AdmissionPath(mustReserve(t, l, "k", lim, ration.Amount{Requests: 1})); p != spender.PathSlow {
 		t.Errorf("first leased admission path %q, want slow", p)
 	}
-	if p := spender.AdmissionPath(mustReserve(t, l, "k", lim, spender.Cost{Requests: 1})); p != spender.PathLease {
+	if p := spender.AdmissionPath(mustReserve(t, l, "k", lim, ration.Amount{Requests: 1})); p != spender.PathLease {
 		t.Errorf("second leased admission path %q, want local", p)
 	}
 }

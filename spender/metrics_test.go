@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 )
@@ -24,11 +25,11 @@ func TestMetrics(t *testing.T) {
 	}
 	clk := fakeclock.New()
 	l := newLeased(t, clk, newAllocator(t, clk), spender.WithMetrics(m))
-	lim := spender.Limits{RPM: 3, TPM: 1000}
-	mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 400}).Settle(spender.Cost{Requests: 1, Tokens: 100})
-	mustReserve(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 100}).Settle(spender.Cost{Requests: 1, Tokens: 100})
-	mustReject(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 5000})
-	mustReject(t, l, "k", lim, spender.Cost{Requests: 1, Tokens: 990})
+	lim := ration.Limits{RPM: 3, TPM: 1000}
+	mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 400}).Settle(ration.Amount{Requests: 1, Tokens: 100})
+	mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 100}).Settle(ration.Amount{Requests: 1, Tokens: 100})
+	mustReject(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 5000})
+	mustReject(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 990})
 
 	want := `
 # HELP ration_spender_rejected_total Requests rejected, by reason: rate_limited, oversize, fail_closed.

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 )
@@ -13,9 +14,9 @@ import (
 // does not move when the key is spent again, refilled, settled or has its
 // limits edited afterwards. Standalone and leased.
 func TestReservationStatusIsAdmissionTime(t *testing.T) {
-	lim := spender.Limits{RPM: 3, TPM: 1000}
-	edited := spender.Limits{RPM: 6, TPM: 2000}
-	c := spender.Cost{Requests: 1, Tokens: 300}
+	lim := ration.Limits{RPM: 3, TPM: 1000}
+	edited := ration.Limits{RPM: 6, TPM: 2000}
+	c := ration.Amount{Requests: 1, Tokens: 300}
 	for _, tc := range []struct {
 		name string
 		make func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter
@@ -47,7 +48,7 @@ func TestReservationStatusIsAdmissionTime(t *testing.T) {
 				t.Fatalf("second status %+v", s)
 			}
 			clk.Advance(5 * time.Second)
-			r2.Settle(spender.Cost{Requests: 1, Tokens: 100})
+			r2.Settle(ration.Amount{Requests: 1, Tokens: 100})
 			if _, err := l.Reserve(ctx, "k", edited, c); err != nil {
 				t.Fatal(err)
 			}

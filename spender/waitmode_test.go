@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 )
@@ -71,11 +72,11 @@ func runWaitModeCases(t *testing.T, newLimiter func(*testing.T, *fakeclock.Clock
 		t.Run(fmt.Sprint(i+1), func(t *testing.T) {
 			clk := fakeclock.New()
 			l := newLimiter(t, clk)
-			lim := spender.Limits{RPM: 60 / tc.every, BurstRequests: tc.capacity}
+			lim := ration.Limits{RPM: 60 / tc.every, BurstRequests: tc.capacity}
 			got := make([]int64, 0, len(tc.requests))
 			for _, sec := range tc.requests {
 				clk.Set(fakeclock.Epoch().Add(time.Duration(sec) * time.Second))
-				_, when, err := l.ReserveAt(ctx, "vendor-key", lim, spender.Cost{Requests: 1}, time.Duration(tc.maxWait)*time.Second)
+				_, when, err := l.ReserveAt(ctx, "vendor-key", lim, ration.Amount{Requests: 1}, time.Duration(tc.maxWait)*time.Second)
 				switch {
 				case err == nil:
 					d := when.Sub(fakeclock.Epoch())
@@ -101,21 +102,21 @@ func runWaitModeCases(t *testing.T, newLimiter func(*testing.T, *fakeclock.Clock
 func TestWaitModeRefusalReservesNothing(t *testing.T) {
 	clk := fakeclock.New()
 	l := spender.New(clk)
-	lim := spender.Limits{TPM: 60} // one token a second
-	if _, when, err := l.ReserveAt(ctx, "k", lim, spender.Cost{Tokens: 60}, 0); err != nil || !when.Equal(clk.Now()) {
+	lim := ration.Limits{TPM: 60} // one token a second
+	if _, when, err := l.ReserveAt(ctx, "k", lim, ration.Amount{Tokens: 60}, 0); err != nil || !when.Equal(clk.Now()) {
 		t.Fatalf("first = %v, %v; want now", when, err)
 	}
-	_, _, err := l.ReserveAt(ctx, "k", lim, spender.Cost{Tokens: 30}, 10*time.Second)
+	_, _, err := l.ReserveAt(ctx, "k", lim, ration.Amount{Tokens: 30}, 10*time.Second)
 	var rej *spender.RejectError
 	if !errors.As(err, &rej) || rej.RetryAfter != 30*time.Second {
 		t.Fatalf("second = %v, want a refusal with RetryAfter 30s", err)
 	}
-	_, when, err := l.ReserveAt(ctx, "k", lim, spender.Cost{Tokens: 5}, 10*time.Second)
+	_, when, err := l.ReserveAt(ctx, "k", lim, ration.Amount{Tokens: 5}, 10*time.Second)
 	if err != nil || when.Sub(clk.Now()) != 5*time.Second {
 		t.Fatalf("third = %v, %v; want 5s from now (the refusal reserved nothing)", when, err)
 	}
 	// Reserve (now mode) sees the wait-mode debt.
-	if _, err := l.Reserve(ctx, "k", lim, spender.Cost{Tokens: 1}); !errors.As(err, &rej) || rej.RetryAfter != 6*time.Second {
+	if _, err := l.Reserve(ctx, "k", lim, ration.Amount{Tokens: 1}); !errors.As(err, &rej) || rej.RetryAfter != 6*time.Second {
 		t.Fatalf("Reserve after a reservation ahead = %v, want RetryAfter 6s", err)
 	}
 }

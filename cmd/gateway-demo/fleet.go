@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/echo"
 	"github.com/rationhq/ration/gateway"
 	"github.com/rationhq/ration/spender"
@@ -21,9 +22,9 @@ import (
 
 // deps are what the process provides and tests replace.
 type deps struct {
-	clock  spender.Clock // nil: the system clock
-	out    io.Writer     // the banner
-	logOut io.Writer     // logs
+	clock  ration.Clock // nil: the system clock
+	out    io.Writer    // the banner
+	logOut io.Writer    // logs
 }
 
 // instance is one running gateway.
@@ -70,7 +71,7 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 // On error, whatever started is stopped again.
 func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 	if d.clock == nil {
-		d.clock = spender.SystemClock{}
+		d.clock = ration.SystemClock{}
 	}
 	f := &fleet{cfg: cfg, log: newLogger(cfg, d.logOut)}
 	defer func() {
@@ -149,7 +150,7 @@ func (f *fleet) counter() spenderhttp.Counter {
 	return nil
 }
 
-func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, counter spenderhttp.Counter, clock spender.Clock) (*instance, error) {
+func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, counter spenderhttp.Counter, clock ration.Clock) (*instance, error) {
 	log := f.log.With("instance", i+1)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

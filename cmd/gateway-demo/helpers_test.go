@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/gateway"
-	"github.com/rationhq/ration/spender"
 )
 
 // syncBuffer collects logs from many goroutines.
@@ -61,7 +61,7 @@ func testConfig(t *testing.T, instances int, keysFile string) config {
 
 // startFleet starts the demo and stops it when the test ends, printing
 // its logs if the test failed.
-func startFleet(t *testing.T, cfg config, clock spender.Clock) *fleet {
+func startFleet(t *testing.T, cfg config, clock ration.Clock) *fleet {
 	t.Helper()
 	logs := &syncBuffer{}
 	f, err := start(t.Context(), cfg, deps{clock: clock, logOut: logs})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/spender"
 	bolterrors "go.etcd.io/bbolt/errors"
@@ -19,7 +20,7 @@ import (
 // src: every instance then admits only what the allocator granted it
 // out of each key's global budget. Its metrics go to reg (the instance's
 // /metrics). This is the one place that decides how instances limit.
-func newLimiter(i int, src spender.LeaseSource, clock spender.Clock, reg prometheus.Registerer, log *slog.Logger) (*spender.Limiter, error) {
+func newLimiter(i int, src spender.LeaseSource, clock ration.Clock, reg prometheus.Registerer, log *slog.Logger) (*spender.Limiter, error) {
 	m, err := spender.NewMetrics(reg)
 	if err != nil {
 		return nil, err
@@ -43,7 +44,7 @@ type leaseSource struct {
 // openLeaseSource opens the embedded allocator (a bbolt ledger in
 // cfg.dataDir, served in process) or a client of the remote one at
 // cfg.allocatorURL.
-func openLeaseSource(ctx context.Context, cfg config, clock spender.Clock, log *slog.Logger) (*leaseSource, error) {
+func openLeaseSource(ctx context.Context, cfg config, clock ration.Clock, log *slog.Logger) (*leaseSource, error) {
 	if cfg.allocatorURL != "" {
 		return remoteSource(cfg)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 )
@@ -29,23 +30,23 @@ func run() error {
 	l := spender.New(clock)
 
 	fmt.Println("Seed 000 §3: key k with RPM 3 and TPM 1000, t = 0")
-	lim := spender.Limits{RPM: 3, TPM: 1000}
-	r, err := l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1, Tokens: 300})
+	lim := ration.Limits{RPM: 3, TPM: 1000}
+	r, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1, Tokens: 300})
 	if err != nil {
 		return err
 	}
 	s := r.Status()
 	fmt.Printf("  1. reserve 300 tokens: remaining %d requests, %d tokens, reset-tokens %v\n", s.RemainingRequests, s.RemainingTokens, s.ResetTokens)
-	r.Settle(spender.Cost{Requests: 1, Tokens: 120})
+	r.Settle(ration.Amount{Requests: 1, Tokens: 120})
 	fmt.Println("  2. settle 120 used: 180 refunded")
-	_, err = l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1, Tokens: 900})
+	_, err = l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1, Tokens: 900})
 	var rej *spender.RejectError
 	if !errors.As(err, &rej) {
 		return fmt.Errorf("step 3 was admitted: %v", err)
 	}
 	fmt.Printf("  3. 900 tokens: 429, wait %v, Retry-After: %d, remaining tokens %d\n", rej.RetryAfter, spender.RetryAfterSeconds(rej.RetryAfter), rej.Status.RemainingTokens)
 	clock.Advance(rej.RetryAfter)
-	r, err = l.Reserve(ctx, "k", lim, spender.Cost{Requests: 1, Tokens: 900})
+	r, err = l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1, Tokens: 900})
 	if err != nil {
 		return err
 	}
@@ -53,12 +54,12 @@ func run() error {
 	fmt.Printf("  4. at t = 1.2s: admitted, remaining %d requests, %d tokens\n\n", s.RemainingRequests, s.RemainingTokens)
 
 	fmt.Println("Seed 002: 80 statements at 16:00, bucket of 10 refilled one per 2 s, max wait 300 s")
-	vendor := spender.Limits{RPM: 30, BurstRequests: 10}
+	vendor := ration.Limits{RPM: 30, BurstRequests: 10}
 	start := clock.Now()
 	var last time.Duration
 	now := 0
 	for range 80 {
-		_, at, err := l.ReserveAt(ctx, "vendor", vendor, spender.Cost{Requests: 1}, 300*time.Second)
+		_, at, err := l.ReserveAt(ctx, "vendor", vendor, ration.Amount{Requests: 1}, 300*time.Second)
 		if err != nil {
 			return err
 		}

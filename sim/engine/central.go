@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/rationhq/ration"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
@@ -54,10 +55,10 @@ func (c *central) slot(s *sim, i int32) int32 {
 
 // call starts ep's next call: want (and need) on top of held, after
 // giving back returned and reporting debt.
-func (c *central) call(s *sim, ep int32, want, returned, debt, held spender.Cost) {
+func (c *central) call(s *sim, ep int32, want, returned, debt, held ration.Amount) {
 	e := s.eps[ep]
 	e.seq++
-	amt := func(x spender.Cost) *leasev1.Amount {
+	amt := func(x ration.Amount) *leasev1.Amount {
 		return &leasev1.Amount{Requests: x.Requests, Tokens: x.Tokens}
 	}
 	lim := s.cfg.Limits
@@ -78,7 +79,7 @@ func (c *central) arrive(s *sim, id int32) {
 	e.req, e.phase, e.settle = id, deciding, nil
 	r.ep, r.parked = ep, true
 	s.q.push(event{at: s.at(s.cfg.SlowDeadline), kind: evParkDeadline, b: id})
-	c.call(s, ep, limited(s.cfg.Limits, r.cost), spender.Cost{}, spender.Cost{}, spender.Cost{})
+	c.call(s, ep, limited(s.cfg.Limits, r.cost), ration.Amount{}, ration.Amount{}, ration.Amount{})
 }
 
 // parkDeadline rejects a request still undecided (fail closed) and frees
@@ -116,7 +117,7 @@ func (c *central) answered(s *sim, ep int32, g reply) {
 		c.scheduleRenew(s, ep)
 		return
 	}
-	e.phase, e.req, e.hold = idle, -1, spender.Cost{}
+	e.phase, e.req, e.hold = idle, -1, ration.Amount{}
 	c.free[e.inst] = append(c.free[e.inst], ep)
 }
 
@@ -130,7 +131,7 @@ func (c *central) renew(s *sim, ep int32, gen uint32) {
 	if e.phase != holding || e.holdGen != gen || e.body != nil || e.settle != nil {
 		return
 	}
-	c.call(s, ep, spender.Cost{}, spender.Cost{}, spender.Cost{}, e.hold)
+	c.call(s, ep, ration.Amount{}, ration.Amount{}, ration.Amount{}, e.hold)
 }
 
 // sendSettle returns the unused part of the slot's holding (or reports the
@@ -138,10 +139,10 @@ func (c *central) renew(s *sim, ep int32, gen uint32) {
 func (c *central) sendSettle(s *sim, ep int32) {
 	e := s.eps[ep]
 	a := limited(s.cfg.Limits, *e.settle)
-	ret := spender.Cost{Requests: max(0, e.hold.Requests-a.Requests), Tokens: max(0, e.hold.Tokens-a.Tokens)}
-	debt := spender.Cost{Requests: max(0, a.Requests-e.hold.Requests), Tokens: max(0, a.Tokens-e.hold.Tokens)}
+	ret := ration.Amount{Requests: max(0, e.hold.Requests-a.Requests), Tokens: max(0, e.hold.Tokens-a.Tokens)}
+	debt := ration.Amount{Requests: max(0, a.Requests-e.hold.Requests), Tokens: max(0, a.Tokens-e.hold.Tokens)}
 	e.phase, e.req, e.settle = settling, -1, nil
-	c.call(s, ep, spender.Cost{}, ret, debt, spender.Cost{})
+	c.call(s, ep, ration.Amount{}, ret, debt, ration.Amount{})
 }
 
 // centralRes is a central admission: settling it starts the slot's last
@@ -154,7 +155,7 @@ type centralRes struct {
 	done bool
 }
 
-func (r *centralRes) Settle(actual spender.Cost) {
+func (r *centralRes) Settle(actual ration.Amount) {
 	e := r.s.eps[r.ep]
 	if r.done || e.holdGen != r.gen || e.phase != holding {
 		return
@@ -166,11 +167,11 @@ func (r *centralRes) Settle(actual spender.Cost) {
 	}
 }
 
-func (r *centralRes) Cancel()                { r.Settle(spender.Cost{}) }
+func (r *centralRes) Cancel()                { r.Settle(ration.Amount{}) }
 func (r *centralRes) Status() spender.Status { return spender.Status{} }
 
 // limited zeroes the dimensions lim leaves unlimited.
-func limited(lim spender.Limits, c spender.Cost) spender.Cost {
+func limited(lim ration.Limits, c ration.Amount) ration.Amount {
 	if lim.RPM == 0 {
 		c.Requests = 0
 	}

@@ -3,8 +3,8 @@ package engine
 import (
 	"time"
 
+	"github.com/rationhq/ration"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
-	"github.com/rationhq/ration/spender"
 )
 
 // collector accumulates a run's measurements as events happen.
@@ -53,7 +53,7 @@ func (c *collector) init(s *sim) {
 }
 
 // units is a cost in the binding dimension.
-func (c *collector) units(x spender.Cost) int64 {
+func (c *collector) units(x ration.Amount) int64 {
 	if c.tokens {
 		return x.Tokens
 	}

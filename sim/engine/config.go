@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/spender"
 )
@@ -68,7 +69,7 @@ type Config struct {
 
 	// Limits of the one simulated key. Zero fields take the scenario's
 	// defaults (RPM 6000, or TPM 1,200,000 for the tokens scenario).
-	Limits spender.Limits
+	Limits ration.Limits
 	// Overload is offered load over the binding limit's rate; default 2.
 	Overload float64
 
@@ -94,7 +95,7 @@ func (c Config) withDefaults() Config {
 	if c.Duration <= 0 {
 		c.Duration = 5 * time.Minute
 	}
-	if c.Limits == (spender.Limits{}) {
+	if c.Limits == (ration.Limits{}) {
 		c.Limits = c.Scenario.defaultLimits()
 	}
 	if c.Overload <= 0 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -213,7 +214,7 @@ func TestSameSeedSameResult(t *testing.T) {
 // spenders with Zipf-skewed traffic.
 func BenchmarkMillionRequests(b *testing.B) {
 	cfg := Config{Scenario: Scenarios()[1], Strategy: Leased, Instances: 16, Duration: 501 * time.Second,
-		Limits: spender.Limits{RPM: 60_000}, Seed: 1}
+		Limits: ration.Limits{RPM: 60_000}, Seed: 1}
 	for b.Loop() {
 		r, err := Run(cfg)
 		if err != nil {

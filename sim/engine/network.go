@@ -6,8 +6,7 @@ import (
 
 	"connectrpc.com/connect/v2"
 
-	"github.com/rationhq/ration/spender"
-
+	"github.com/rationhq/ration"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -30,10 +29,10 @@ type endpoint struct {
 	// central: the request this slot decides and where its call stands.
 	req     int32
 	phase   phase
-	seq     uint64        // the last sequence used
-	hold    spender.Cost  // what the slot holds for its admitted request
-	holdGen uint32        // counts admissions, to match renew events
-	settle  *spender.Cost // the settlement's actual usage, once known; sent after a renewal in flight
+	seq     uint64         // the last sequence used
+	hold    ration.Amount  // what the slot holds for its admitted request
+	holdGen uint32         // counts admissions, to match renew events
+	settle  *ration.Amount // the settlement's actual usage, once known; sent after a renewal in flight
 }
 
 // phase is where a central slot stands.

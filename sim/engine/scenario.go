@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -105,11 +106,11 @@ func (s Scenario) Dim() spender.Dimension {
 	return spender.Requests
 }
 
-func (s Scenario) defaultLimits() spender.Limits {
+func (s Scenario) defaultLimits() ration.Limits {
 	if s.Tokens {
-		return spender.Limits{TPM: 1_200_000}
+		return ration.Limits{TPM: 1_200_000}
 	}
-	return spender.Limits{RPM: 6000}
+	return ration.Limits{RPM: 6000}
 }
 
 func (s Scenario) zipfS() float64 {

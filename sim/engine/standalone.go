@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -67,14 +68,14 @@ func (st standalone) arrive(s *sim, id int32) {
 }
 
 // share is lim divided among n instances, at least 1 per limited dimension.
-func share(lim spender.Limits, n int64) spender.Limits {
+func share(lim ration.Limits, n int64) ration.Limits {
 	div := func(v int64) int64 {
 		if v == 0 {
 			return 0
 		}
 		return max(1, v/n)
 	}
-	return spender.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM), BurstRequests: div(lim.BurstRequests), BurstTokens: div(lim.BurstTokens)}
+	return ration.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM), BurstRequests: div(lim.BurstRequests), BurstTokens: div(lim.BurstTokens)}
 }
 
 // mix is splitmix64's finaliser: a well-spread hash of x.

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -25,12 +26,12 @@ const (
 // live in a slab indexed by int32 so events can refer to them without
 // pointers.
 type request struct {
-	origin   int32        // the instance the load balancer chose
-	inst     int32        // the instance deciding it (the owner, for sticky)
-	at       int64        // arrival, virtual µs
-	cost     spender.Cost // reserved: 1 request, prompt + max_tokens
-	actual   spender.Cost // settled: 1 request, prompt + output
-	service  int64        // µs from admission to settlement
+	origin   int32         // the instance the load balancer chose
+	inst     int32         // the instance deciding it (the owner, for sticky)
+	at       int64         // arrival, virtual µs
+	cost     ration.Amount // reserved: 1 request, prompt + max_tokens
+	actual   ration.Amount // settled: 1 request, prompt + output
+	service  int64         // µs from admission to settlement
 	res      spender.Reservation
 	shadow   spender.Reservation // the ideal bucket's reservation, if it admitted
 	parked   bool                // waiting for its spender's call
@@ -71,15 +72,15 @@ func (g *traffic) fill(r *request, t int64, live []int32) {
 	*r = request{at: t, origin: g.router.pick(g.rng, t, live), ep: -1}
 	r.inst = r.origin
 	if !g.tokens {
-		r.cost = spender.Cost{Requests: 1}
+		r.cost = ration.Amount{Requests: 1}
 		r.actual = r.cost
 		r.service = int64(500_000 + g.rng.Float64()*2_500_000) // 0.5 to 3 s
 		return
 	}
 	prompt := int64(minPrompt + g.rng.IntN(maxPrompt-minPrompt+1))
 	out := min(int64(math.Ceil(g.rng.ExpFloat64()*meanOutputTokens)), declaredMaxTokens)
-	r.cost = spender.Cost{Requests: 1, Tokens: prompt + declaredMaxTokens}
-	r.actual = spender.Cost{Requests: 1, Tokens: prompt + out}
+	r.cost = ration.Amount{Requests: 1, Tokens: prompt + declaredMaxTokens}
+	r.actual = ration.Amount{Requests: 1, Tokens: prompt + out}
 	// Time to first token, then a stream of ~66 tokens a second.
 	r.service = int64(300*time.Millisecond/time.Microsecond) + out*15_000
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
@@ -33,7 +34,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		w.WriteHeader(200)
 		_, _ = w.Write(answer)
 	})
-	p := spenderhttp.Principal{KeyID: "key_bench", Limits: spender.Limits{RPM: 1 << 40, TPM: 1 << 40}}
+	p := spenderhttp.Principal{KeyID: "key_bench", Limits: ration.Limits{RPM: 1 << 40, TPM: 1 << 40}}
 	run := func(b *testing.B, h http.Handler) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
 		req = req.WithContext(spenderhttp.WithPrincipal(req.Context(), p))
@@ -51,6 +52,6 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	b.Run("bare", func(b *testing.B) { run(b, handler) })
 	b.Run("middleware", func(b *testing.B) {
-		run(b, spenderhttp.Middleware(spender.New(spender.SystemClock{}), nil)(handler))
+		run(b, spenderhttp.Middleware(spender.New(ration.SystemClock{}), nil)(handler))
 	})
 }

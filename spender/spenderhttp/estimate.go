@@ -3,7 +3,7 @@ package spenderhttp
 import (
 	"context"
 
-	"github.com/rationhq/ration/spender"
+	"github.com/rationhq/ration"
 )
 
 // DefaultCompletionTokens is the completion budget, in tokens, that
@@ -30,7 +30,7 @@ const DefaultCompletionTokens = 256
 // A body that is not a JSON object costs ceil(len(body)/4) plus
 // DefaultCompletionTokens; an empty body costs 1 request and 0 tokens.
 // Token counts saturate at 2^40 instead of overflowing.
-func EstimateCost(ctx context.Context, counter Counter, body []byte) spender.Cost {
+func EstimateCost(ctx context.Context, counter Counter, body []byte) ration.Amount {
 	req, _ := parseRequest(body)
 	return estimate(ctx, counter, body, req, DefaultCompletionTokens).cost()
 }
@@ -42,8 +42,8 @@ type estimateResult struct {
 	completion int64 // completion tokens reserved, all choices
 }
 
-func (e estimateResult) cost() spender.Cost {
-	return spender.Cost{Requests: 1, Tokens: satAdd(e.prompt, e.completion)}
+func (e estimateResult) cost() ration.Amount {
+	return ration.Amount{Requests: 1, Tokens: satAdd(e.prompt, e.completion)}
 }
 
 // estimate is EstimateCost on a parsed body, with the completion budget

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rationhq/ration/spender"
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -51,7 +51,7 @@ func TestEstimateCost(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := spenderhttp.EstimateCost(context.Background(), tt.counter, []byte(tt.body))
-			if want := (spender.Cost{Requests: 1, Tokens: tt.want}); got != want {
+			if want := (ration.Amount{Requests: 1, Tokens: tt.want}); got != want {
 				t.Errorf("EstimateCost(%s) = %+v, want %+v", tt.body, got, want)
 			}
 		})

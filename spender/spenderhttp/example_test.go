@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
@@ -26,7 +27,7 @@ func Example() {
 	// The authentication stage: looks the key up and sets the Principal.
 	auth := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p := spenderhttp.Principal{KeyID: "key_123", Tenant: "acme", Limits: spender.Limits{RPM: 2, TPM: 1000}}
+			p := spenderhttp.Principal{KeyID: "key_123", Tenant: "acme", Limits: ration.Limits{RPM: 2, TPM: 1000}}
 			next.ServeHTTP(w, r.WithContext(spenderhttp.WithPrincipal(r.Context(), p)))
 		})
 	}

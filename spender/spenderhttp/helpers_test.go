@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
@@ -20,7 +21,7 @@ func newClock() *fakeclock.Clock { return fakeclock.New() }
 // event is one call a recordingReserver saw on a reservation.
 type event struct {
 	op   string // "settle" or "cancel"
-	cost spender.Cost
+	cost ration.Amount
 }
 
 // recordingReserver wraps a Reserver and records what each reservation
@@ -28,13 +29,13 @@ type event struct {
 type recordingReserver struct {
 	spenderhttp.Reserver
 	mu       sync.Mutex
-	reserved []spender.Cost
+	reserved []ration.Amount
 	keys     []string
 	events   []event
 	notify   chan<- event // if set, receives every event too
 }
 
-func (r *recordingReserver) Reserve(ctx context.Context, key string, lim spender.Limits, c spender.Cost) (spender.Reservation, error) {
+func (r *recordingReserver) Reserve(ctx context.Context, key string, lim ration.Limits, c ration.Amount) (spender.Reservation, error) {
 	res, err := r.Reserver.Reserve(ctx, key, lim, c)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -52,10 +53,10 @@ func (r *recordingReserver) Events() []event {
 	return append([]event(nil), r.events...)
 }
 
-func (r *recordingReserver) Reserved() []spender.Cost {
+func (r *recordingReserver) Reserved() []ration.Amount {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]spender.Cost(nil), r.reserved...)
+	return append([]ration.Amount(nil), r.reserved...)
 }
 
 func (r *recordingReserver) send(ev event) {
@@ -69,7 +70,7 @@ type recordingReservation struct {
 	r *recordingReserver
 }
 
-func (rr *recordingReservation) Settle(c spender.Cost) {
+func (rr *recordingReservation) Settle(c ration.Amount) {
 	rr.r.mu.Lock()
 	rr.r.events = append(rr.r.events, event{"settle", c})
 	rr.r.mu.Unlock()
@@ -79,9 +80,9 @@ func (rr *recordingReservation) Settle(c spender.Cost) {
 
 func (rr *recordingReservation) Cancel() {
 	rr.r.mu.Lock()
-	rr.r.events = append(rr.r.events, event{"cancel", spender.Cost{}})
+	rr.r.events = append(rr.r.events, event{"cancel", ration.Amount{}})
 	rr.r.mu.Unlock()
-	rr.r.send(event{"cancel", spender.Cost{}})
+	rr.r.send(event{"cancel", ration.Amount{}})
 	rr.Reservation.Cancel()
 }
 

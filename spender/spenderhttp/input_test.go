@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
@@ -28,7 +29,7 @@ func (e *echoHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestMiddlewareBadInput(t *testing.T) {
-	limits := spender.Limits{RPM: 10, TPM: 1000}
+	limits := ration.Limits{RPM: 10, TPM: 1000}
 	tests := []struct {
 		name       string
 		principal  spenderhttp.Principal
@@ -52,9 +53,9 @@ func TestMiddlewareBadInput(t *testing.T) {
 			nil, 200, "", "", "", true},
 		{"empty key ID", spenderhttp.Principal{KeyID: "", Limits: limits}, chat(""),
 			nil, 401, "invalid_request_error", "invalid_api_key", "", false},
-		{"overlong key ID", spenderhttp.Principal{KeyID: strings.Repeat("k", spender.MaxKeyLen+1), Limits: limits}, chat(""),
+		{"overlong key ID", spenderhttp.Principal{KeyID: strings.Repeat("k", ration.MaxKeyLen+1), Limits: limits}, chat(""),
 			nil, 401, "invalid_request_error", "invalid_api_key", "", false},
-		{"negative limits", spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: -1}}, chat(""),
+		{"negative limits", spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: -1}}, chat(""),
 			nil, 403, "invalid_request_error", "invalid_rate_limits", "", false},
 	}
 	for _, tt := range tests {
@@ -91,7 +92,7 @@ func TestMiddlewareBadInput(t *testing.T) {
 
 func TestMiddlewareDeclaredLengthOverCapIsNotRead(t *testing.T) {
 	rec, _ := newRecorder()
-	h := authed(spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: 1}},
+	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 1}},
 		spenderhttp.Middleware(rec, nil, spenderhttp.WithMaxBodyBytes(10))(&echoHandler{}))
 	body := &countingReader{r: strings.NewReader(strings.Repeat("x", 100))}
 	req := httptest.NewRequest(http.MethodPost, "/v1/completions", body)
@@ -116,7 +117,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 
 func TestMiddlewareOversizeCost(t *testing.T) {
 	rec, _ := newRecorder()
-	h := authed(spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: 10, TPM: 1000}},
+	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 10, TPM: 1000}},
 		spenderhttp.Middleware(rec, nil)(&echoHandler{}))
 	w := do(h, chat(`"max_tokens":991`)) // 10 + 991 = 1001 > 1000
 	if w.Code != 429 {
@@ -153,18 +154,18 @@ func TestMiddlewareSettlement(t *testing.T) {
 		want    event
 	}{
 		{"upstream 4xx spends the request only", jsonHandler(400, `{"error":{"message":"bad","type":"invalid_request_error","param":null,"code":null}}`),
-			event{"settle", spender.Cost{Requests: 1}}},
-		{"upstream 4xx with usage", jsonHandler(400, `{"usage":{"prompt_tokens":3}}`), event{"settle", spender.Cost{Requests: 1, Tokens: 3}}},
+			event{"settle", ration.Amount{Requests: 1}}},
+		{"upstream 4xx with usage", jsonHandler(400, `{"usage":{"prompt_tokens":3}}`), event{"settle", ration.Amount{Requests: 1, Tokens: 3}}},
 		{"200 without usage: prompt plus output bytes/4", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"choices":[{"message":{"content":"hello"}}]}`) // 45 bytes
-		}), event{"settle", spender.Cost{Requests: 1, Tokens: 10 + 12}}},
+		}), event{"settle", ration.Amount{Requests: 1, Tokens: 10 + 12}}},
 		{"handler writes nothing", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}),
-			event{"settle", spender.Cost{Requests: 1, Tokens: 10}}},
+			event{"settle", ration.Amount{Requests: 1, Tokens: 10}}},
 		{"responses API usage", jsonHandler(200, `{"output":[],"usage":{"input_tokens":4,"output_tokens":5,"total_tokens":9}}`),
-			event{"settle", spender.Cost{Requests: 1, Tokens: 9}}},
+			event{"settle", ration.Amount{Requests: 1, Tokens: 9}}},
 		{"usage without total", jsonHandler(200, `{"usage":{"prompt_tokens":4,"completion_tokens":5}}`),
-			event{"settle", spender.Cost{Requests: 1, Tokens: 9}}},
+			event{"settle", ration.Amount{Requests: 1, Tokens: 9}}},
 		{"usage after a large answer", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"data":[`)
@@ -173,12 +174,12 @@ func TestMiddlewareSettlement(t *testing.T) {
 				_, _ = io.WriteString(w, row)
 			}
 			_, _ = io.WriteString(w, `{}],"usage":{"prompt_tokens":77,"total_tokens":77},"\"usage":{"total_tokens":1}}`)
-		}), event{"settle", spender.Cost{Requests: 1, Tokens: 77}}},
+		}), event{"settle", ration.Amount{Requests: 1, Tokens: 77}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rec, _ := newRecorder()
-			h := authed(spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: 10, TPM: 1000}},
+			h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 10, TPM: 1000}},
 				spenderhttp.Middleware(rec, nil)(tt.handler))
 			do(h, chat(`"max_tokens":100`))
 			if got := rec.Events(); len(got) != 1 || got[0] != tt.want {
@@ -190,7 +191,7 @@ func TestMiddlewareSettlement(t *testing.T) {
 
 func TestMiddlewarePanicBeforeWritingCancels(t *testing.T) {
 	rec, _ := newRecorder()
-	h := authed(spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: 1}},
+	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 1}},
 		spenderhttp.Middleware(rec, nil)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 			panic(http.ErrAbortHandler)
 		})))
@@ -212,19 +213,19 @@ func TestMiddlewareBoundedOverrun(t *testing.T) {
 		name         string
 		opts         []spenderhttp.Option
 		body         string
-		limits       spender.Limits
+		limits       ration.Limits
 		wantReserved int64
 		wantMax      any // the forwarded max_tokens; nil = not injected
 	}{
-		{"off by default", nil, chat(""), spender.Limits{TPM: 1000}, 266, nil},
-		{"fixed cap", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(100)}, chat(""), spender.Limits{TPM: 1000}, 110, 100.0},
-		{"what the budget covers", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(0)}, chat(""), spender.Limits{TPM: 1000},
+		{"off by default", nil, chat(""), ration.Limits{TPM: 1000}, 266, nil},
+		{"fixed cap", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(100)}, chat(""), ration.Limits{TPM: 1000}, 110, 100.0},
+		{"what the budget covers", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(0)}, chat(""), ration.Limits{TPM: 1000},
 			266, float64(256 + 1000 - 266)},
-		{"budget split over n choices", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(0)}, chat(`"n":2`), spender.Limits{TPM: 1000},
+		{"budget split over n choices", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(0)}, chat(`"n":2`), ration.Limits{TPM: 1000},
 			10 + 512, float64((512 + 1000 - 522) / 2)},
-		{"client max is kept", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(100)}, chat(`"max_tokens":7`), spender.Limits{TPM: 1000}, 17, 7.0},
-		{"unlimited tokens: nothing to bound", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(0)}, chat(""), spender.Limits{RPM: 5}, 266, nil},
-		{"embeddings untouched", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(100)}, `{"input":"abcd"}`, spender.Limits{TPM: 1000}, 1, nil},
+		{"client max is kept", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(100)}, chat(`"max_tokens":7`), ration.Limits{TPM: 1000}, 17, 7.0},
+		{"unlimited tokens: nothing to bound", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(0)}, chat(""), ration.Limits{RPM: 5}, 266, nil},
+		{"embeddings untouched", []spenderhttp.Option{spenderhttp.WithBoundedOverrun(100)}, `{"input":"abcd"}`, ration.Limits{TPM: 1000}, 1, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,7 +255,7 @@ func TestMiddlewareBoundedOverrun(t *testing.T) {
 func TestMiddlewareOptionalHeaders(t *testing.T) {
 	clk := newClock()
 	lim := spender.New(clk)
-	h := authed(spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: 3, TPM: 1000}},
+	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 3, TPM: 1000}},
 		spenderhttp.Middleware(lim, nil, spenderhttp.WithAnthropicHeaders(), spenderhttp.WithIETFHeaders(), spenderhttp.WithClock(clk))(&echoHandler{}))
 	// Seed 000 §3: 300 tokens reserved (10 prompt + 290).
 	w := do(h, chat(`"max_tokens":290`))

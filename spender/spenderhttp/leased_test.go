@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
@@ -28,7 +29,7 @@ func TestMiddlewareOnLeasedLimiter(t *testing.T) {
 		defer cancel()
 		lim.Close(ctx)
 	}()
-	p := spenderhttp.Principal{KeyID: "k1", Tenant: "t", Limits: spender.Limits{RPM: 2, TPM: 100000}}
+	p := spenderhttp.Principal{KeyID: "k1", Tenant: "t", Limits: ration.Limits{RPM: 2, TPM: 100000}}
 	h := authed(p, spenderhttp.Middleware(lim, nil)(jsonHandler(200, `{"usage":{"total_tokens":5}}`)))
 	for i, want := range []string{"1", "0"} {
 		w := do(h, chat(`"max_tokens":10`))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -19,7 +20,7 @@ const statusClientClosed = 499
 // Reserver is what the middleware needs of a limiter: the standalone
 // *spender.Limiter and the leased one both satisfy it.
 type Reserver interface {
-	Reserve(ctx context.Context, key string, lim spender.Limits, c spender.Cost) (spender.Reservation, error)
+	Reserve(ctx context.Context, key string, lim ration.Limits, c ration.Amount) (spender.Reservation, error)
 }
 
 // Middleware returns the rate-limit stage of an OpenAI-compatible proxy
@@ -170,16 +171,16 @@ func (s *stage) settle(ctx context.Context, p Principal, res spender.Reservation
 	case rec.settled:
 		// Settled with the stream's usage at its end (see recorder).
 	case rec.usage != nil:
-		res.Settle(spender.Cost{Requests: 1, Tokens: rec.usage.tokens()})
+		res.Settle(ration.Amount{Requests: 1, Tokens: rec.usage.tokens()})
 	case rec.code >= 500 || (rec.code == 0 && !returned):
 		res.Cancel()
 	case rec.code >= 400:
-		res.Settle(spender.Cost{Requests: 1})
+		res.Settle(ration.Amount{Requests: 1})
 	default:
 		tokens := satAdd(est.prompt, ceilQuarter(rec.outBytes))
 		s.cfg.logger.LogAttrs(ctx, slog.LevelDebug, "spenderhttp: no usage reported; settling the estimate",
 			slog.String("key", p.KeyID), slog.Int64("tokens", tokens), slog.Int("status", rec.code))
-		res.Settle(spender.Cost{Requests: 1, Tokens: tokens})
+		res.Settle(ration.Amount{Requests: 1, Tokens: tokens})
 	}
 }
 
@@ -205,8 +206,8 @@ func (s *stage) reject(w http.ResponseWriter, r *http.Request, p Principal, err 
 	case errors.Is(err, spender.ErrInvalidKey):
 		log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: principal has an invalid key ID", slog.Int("key_len", len(p.KeyID)), slog.Any("err", err))
 		writeError(w, http.StatusUnauthorized, typeInvalidRequest, codeInvalidAPIKey, "",
-			"The API key could not be used for rate limiting: its ID is empty or too long.")
-	case errors.Is(err, spender.ErrInvalidLimits):
+			"The API key could not be used for rate limiting: its ID is empty, too long or not valid UTF-8.")
+	case errors.Is(err, ration.ErrInvalidLimits):
 		log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: principal has invalid limits", slog.String("key", p.KeyID), slog.Any("err", err))
 		writeError(w, http.StatusForbidden, typeInvalidRequest, codeInvalidLimits, "",
 			"The API key's rate limits are misconfigured; ask the administrator to fix them.")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
@@ -22,7 +23,7 @@ var fiveHeaders = []string{
 func TestMiddleware429Headers(t *testing.T) {
 	clk := newClock()
 	lim := spender.New(clk)
-	p := spenderhttp.Principal{KeyID: "k1", Tenant: "t", Limits: spender.Limits{RPM: 2, TPM: 100000}}
+	p := spenderhttp.Principal{KeyID: "k1", Tenant: "t", Limits: ration.Limits{RPM: 2, TPM: 100000}}
 	h := authed(p, spenderhttp.Middleware(lim, nil)(jsonHandler(200, `{"usage":{"total_tokens":5}}`)))
 
 	for i, wantRemaining := range []string{"1", "0"} {
@@ -87,7 +88,7 @@ func TestMiddleware429Headers(t *testing.T) {
 
 func TestMiddlewareSettlesActualUsage(t *testing.T) {
 	rec, _ := newRecorder()
-	p := spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: 100, TPM: 1000}}
+	p := spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 100, TPM: 1000}}
 	// Estimate: 40 bytes of prompt = 10 tokens, plus max_tokens 200.
 	h := authed(p, spenderhttp.Middleware(rec, nil)(jsonHandler(200,
 		`{"choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":38,"total_tokens":50}}`)))
@@ -102,17 +103,17 @@ func TestMiddlewareSettlesActualUsage(t *testing.T) {
 	if got := w.Header().Get("x-ratelimit-remaining-tokens"); got != "740" {
 		t.Errorf("second remaining-tokens %q, want 740: the first request must settle its actual 50 tokens", got)
 	}
-	if got, want := rec.Reserved()[0], (spender.Cost{Requests: 1, Tokens: 210}); got != want {
+	if got, want := rec.Reserved()[0], (ration.Amount{Requests: 1, Tokens: 210}); got != want {
 		t.Errorf("reserved %+v, want %+v", got, want)
 	}
-	if got, want := rec.Events()[0], (event{"settle", spender.Cost{Requests: 1, Tokens: 50}}); got != want {
+	if got, want := rec.Events()[0], (event{"settle", ration.Amount{Requests: 1, Tokens: 50}}); got != want {
 		t.Errorf("first reservation ended with %+v, want %+v", got, want)
 	}
 }
 
 func TestMiddlewareCancelsOn5xx(t *testing.T) {
 	rec, _ := newRecorder()
-	p := spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: 1, TPM: 1000}}
+	p := spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 1, TPM: 1000}}
 	fail := authed(p, spenderhttp.Middleware(rec, nil)(jsonHandler(503,
 		`{"error":{"message":"no engine","type":"server_error","param":null,"code":null}}`)))
 	ok := authed(p, spenderhttp.Middleware(rec, nil)(jsonHandler(200, `{"usage":{"total_tokens":7}}`)))
@@ -142,10 +143,10 @@ func TestMiddlewareCancelsOn5xx(t *testing.T) {
 
 func TestMiddleware5xxWithUsageSettles(t *testing.T) {
 	rec, _ := newRecorder()
-	p := spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: 10, TPM: 1000}}
+	p := spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 10, TPM: 1000}}
 	h := authed(p, spenderhttp.Middleware(rec, nil)(jsonHandler(500, `{"usage":{"total_tokens":33}}`)))
 	do(h, chat(""))
-	if got, want := rec.Events(), []event{{"settle", spender.Cost{Requests: 1, Tokens: 33}}}; !equalEvents(got, want) {
+	if got, want := rec.Events(), []event{{"settle", ration.Amount{Requests: 1, Tokens: 33}}}; !equalEvents(got, want) {
 		t.Errorf("events %+v, want %+v", got, want)
 	}
 }
@@ -195,7 +196,7 @@ func TestNoPrincipalPassesThrough(t *testing.T) {
 
 func TestMiddlewareKeysByKeyID(t *testing.T) {
 	rec, _ := newRecorder()
-	lim := spender.Limits{RPM: 1, TPM: 1000}
+	lim := ration.Limits{RPM: 1, TPM: 1000}
 	mw := spenderhttp.Middleware(rec, nil)
 	next := jsonHandler(200, `{"usage":{"total_tokens":1}}`)
 	ci := authed(spenderhttp.Principal{KeyID: "ci-key", Tenant: "acme", Limits: lim}, mw(next))

@@ -3,7 +3,7 @@ package spenderhttp
 import (
 	"log/slog"
 
-	"github.com/rationhq/ration/spender"
+	"github.com/rationhq/ration"
 )
 
 // DefaultMaxBodyBytes is the largest request body, in bytes, that
@@ -21,7 +21,7 @@ type config struct {
 	maxBody    int64
 	anthropic  bool
 	ietf       bool
-	clock      spender.Clock
+	clock      ration.Clock
 	logger     *slog.Logger
 	overrun    bool  // inject a max when the request has none
 	overrunMax int64 // the max to inject; 0 = what the key's token budget covers
@@ -30,7 +30,7 @@ type config struct {
 func newConfig(opts []Option) config {
 	c := config{
 		maxBody: DefaultMaxBodyBytes,
-		clock:   spender.SystemClock{},
+		clock:   ration.SystemClock{},
 		logger:  slog.New(slog.DiscardHandler),
 	}
 	for _, o := range opts {
@@ -81,7 +81,7 @@ func WithIETFHeaders() Option {
 // WithClock sets the clock that turns reset durations into the instants
 // of the Anthropic headers. The default is spender.SystemClock; nil keeps
 // it. It has no effect on budgets: those follow the Reserver's clock.
-func WithClock(clk spender.Clock) Option {
+func WithClock(clk ration.Clock) Option {
 	return optionFunc(func(c *config) {
 		if clk != nil {
 			c.clock = clk

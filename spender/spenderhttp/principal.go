@@ -3,7 +3,7 @@ package spenderhttp
 import (
 	"context"
 
-	"github.com/rationhq/ration/spender"
+	"github.com/rationhq/ration"
 )
 
 // Principal is the caller as the authentication stage established it. The
@@ -11,9 +11,9 @@ import (
 // the stages that need it and never selects a budget, so two keys of one
 // tenant never spend each other's.
 type Principal struct {
-	KeyID  string         // the API key's stable ID (not the secret); the budget key
-	Tenant string         // the owning tenant; informational here
-	Limits spender.Limits // the key's budgets; a rate of 0 is unlimited
+	KeyID  string        // the API key's stable ID (not the secret); the budget key
+	Tenant string        // the owning tenant; informational here
+	Limits ration.Limits // the key's budgets; a rate of 0 is unlimited
 }
 
 // principalKey is the context key for a Principal; its type is unexported

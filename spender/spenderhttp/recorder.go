@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -187,7 +188,7 @@ func (r *recorder) event(ev []byte) bool {
 	data := sseData(ev)
 	if string(data) == "[DONE]" {
 		if r.usage != nil && r.res != nil && !r.settled {
-			r.res.Settle(spender.Cost{Requests: 1, Tokens: r.usage.tokens()})
+			r.res.Settle(ration.Amount{Requests: 1, Tokens: r.usage.tokens()})
 			r.settled = true
 		}
 		return true

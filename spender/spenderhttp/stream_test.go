@@ -16,7 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/rationhq/ration/spender"
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -128,7 +128,7 @@ func post(t *testing.T, ctx context.Context, url, body string) *http.Response {
 	return resp
 }
 
-var streamKey = spenderhttp.Principal{KeyID: "k", Limits: spender.Limits{RPM: 10, TPM: 10000}}
+var streamKey = spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 10, TPM: 10000}}
 
 func TestStreamUsageFromFinalChunkSettles(t *testing.T) {
 	e := &engine{
@@ -153,7 +153,7 @@ func TestStreamUsageFromFinalChunkSettles(t *testing.T) {
 	if err := json.Unmarshal(<-e.bodies, &sent); err != nil || !sent.Stream || !sent.StreamOptions.IncludeUsage || len(sent.Messages) != 1 {
 		t.Errorf("engine got %+v (%v), want the client's body plus stream_options.include_usage", sent, err)
 	}
-	if ev := g.waitSettled(t); ev != (event{"settle", spender.Cost{Requests: 1, Tokens: 13}}) {
+	if ev := g.waitSettled(t); ev != (event{"settle", ration.Amount{Requests: 1, Tokens: 13}}) {
 		t.Errorf("reservation ended %+v, want settle of the final chunk's 13 tokens", ev)
 	}
 	if want := []string{contentChunk("Hel", true), contentChunk("lo", true), contentChunk("!", true), "[DONE]"}; strings.Join(got, "|") != strings.Join(want, "|") {
@@ -238,7 +238,7 @@ func TestStreamFlushesPerEvent(t *testing.T) {
 	}
 	// No usage came: settled with the prompt estimate (10) plus the
 	// streamed text, 6 bytes = 2 tokens.
-	if ev := g.waitSettled(t); ev != (event{"settle", spender.Cost{Requests: 1, Tokens: 12}}) {
+	if ev := g.waitSettled(t); ev != (event{"settle", ration.Amount{Requests: 1, Tokens: 12}}) {
 		t.Errorf("settled %+v, want 12 tokens", ev)
 	}
 }
@@ -264,7 +264,7 @@ func TestStreamClientDisconnectSettles(t *testing.T) {
 
 	// Prompt estimate 10 plus 16 bytes of streamed text = 4 tokens; not
 	// the 266 reserved and not a cancel.
-	if ev := g.waitSettled(t); ev != (event{"settle", spender.Cost{Requests: 1, Tokens: 14}}) {
+	if ev := g.waitSettled(t); ev != (event{"settle", ration.Amount{Requests: 1, Tokens: 14}}) {
 		t.Errorf("reservation ended %+v, want settle of 14 tokens", ev)
 	}
 	g.Close()
@@ -329,7 +329,7 @@ func TestStreamSettledBeforeDone(t *testing.T) {
 	}
 	select {
 	case ev := <-g.settled:
-		if ev != (event{"settle", spender.Cost{Requests: 1, Tokens: 13}}) {
+		if ev != (event{"settle", ration.Amount{Requests: 1, Tokens: 13}}) {
 			t.Errorf("reservation ended %+v, want settle of 13 tokens", ev)
 		}
 	default:

@@ -22,10 +22,11 @@
 package leasev1connect
 
 import (
-	connect "connectrpc.com/connect/v2"
 	context "context"
-	v1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	sync "sync"
+
+	connect "connectrpc.com/connect/v2"
+	v1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
 const (
