@@ -62,7 +62,6 @@ type leaseConfig struct {
 	tick         time.Duration
 	callTimeout  time.Duration
 	policy       FallbackPolicy
-	manual       bool
 	logger       *slog.Logger
 	metrics      *Metrics
 }

@@ -1,7 +1,7 @@
 package spender
 
 import (
-	"context"
+	"errors"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -9,189 +9,166 @@ import (
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
+var errUnreachable = errors.New("spender: allocator unreachable")
+
+// waiter is a Reserve or ReserveAt that needs the allocator: it asks again
+// when ready is closed (the call carrying its key ended), or at deadline,
+// when the fallback policy decides.
+type waiter struct {
+	ready    <-chan struct{}
+	deadline bucket.Instant
+	job      *aheadJob // ReserveAt: the reservation asked for ahead
+}
+
 // oversize reports whether c can never fit lim, and in which dimension.
 func oversize(lim ration.Limits, c ration.Amount) (Dimension, bool) {
-	if lim.RPM > 0 && c.Requests > capacityOf(lim.RPM, lim.BurstRequests) {
+	capacity := lim.Capacity()
+	if lim.RPM > 0 && c.Requests > capacity.Requests {
 		return Requests, true
 	}
-	if lim.TPM > 0 && c.Tokens > capacityOf(lim.TPM, lim.BurstTokens) {
+	if lim.TPM > 0 && c.Tokens > capacity.Tokens {
 		return Tokens, true
 	}
 	return 0, false
 }
 
-// reserveLeased is Reserve and ReserveAt (ahead) on a leased Limiter.
-func (l *Limiter) reserveLeased(ctx context.Context, h uint64, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
+// reserveLeased decides c for key at now on a leased Limiter, without
+// waiting: it admits from the lease, refuses with the wait the allocator
+// last named, follows the fallback policy, or, when the allocator must be
+// asked, queues the key and returns a waiter (w, or a new one) to ask
+// again with. ahead is wait mode (ReserveAt): it returns the time to send.
+// Every rule of the leased path is here, for the Limiter's own driver and
+// for the simulator alike.
+func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool, w *waiter) (Reservation, time.Time, *waiter, error) {
 	lz := l.lz
-	inst := l.now()
-	var now time.Time // the send time, only wait mode reads it
-	if ahead {
-		now = l.timeOf(inst)
-	}
-	sh, st, err := l.lockKey(h, key, lim, inst)
+	sh, st, err := l.lockKey(key, lim, now)
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, nil, err
 	}
-	ls := leaseOf(st)
-	if dim, big := oversize(lim, c); big {
-		rej := &RejectError{Status: ls.status(lim, inst), Dimension: dim, Oversize: true, Cost: c}
-		sh.mu.Unlock()
-		lz.cfg.metrics.reject(rej)
-		return nil, time.Time{}, rej
-	}
-	if r := l.admitLeaseLocked(sh, st, c, inst, pathLocal); r != nil {
-		sh.mu.Unlock()
-		return r, now, nil
-	}
-	if ahead && !lz.cfg.manual {
-		sh.mu.Unlock()
-		return l.reserveAhead(ctx, st, lim, c, maxWait)
-	}
-	if ls.notBefore > inst {
-		rej := &RejectError{RetryAfter: ls.notBefore.Sub(inst), Status: ls.status(lim, inst), Dimension: ls.shortDim, Cost: c}
-		sh.mu.Unlock()
-		lz.cfg.metrics.reject(rej)
-		return nil, time.Time{}, rej
-	}
-	if lz.fallback.Load() {
-		r, err := l.fallbackLocked(st, c, inst)
-		sh.mu.Unlock()
-		return r, now, err
-	}
-	if lz.cfg.manual {
-		r, err := l.pendingLocked(st, lim, c, inst)
-		sh.mu.Unlock()
-		return r, now, err
-	}
-	sh.mu.Unlock()
-	return l.slowPath(ctx, st, lim, c)
-}
-
-// pendingLocked is the slow path of manual leasing: queue the key and
-// return ErrLeasePending, until the key has waited longer than the
-// slow-path deadline, when the fallback policy decides.
-func (l *Limiter) pendingLocked(st *keyState, lim ration.Limits, c ration.Amount, now bucket.Instant) (Reservation, error) {
+	defer sh.mu.Unlock()
 	ls := st.ls
-	if ls.hasPending && now.Sub(ls.pending) >= l.lz.cfg.slowDeadline {
-		return l.fallbackLocked(st, c, now)
+	reject := func(rej *RejectError) (Reservation, time.Time, *waiter, error) {
+		lz.cfg.metrics.reject(rej)
+		return nil, time.Time{}, nil, rej
 	}
-	if !ls.hasPending {
-		ls.pending, ls.hasPending = now, true
+	if dim, big := oversize(lim, c); big {
+		return reject(&RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c})
 	}
-	lc := limitedPart(lim, c)
-	ls.waitMax = ration.Amount{Requests: max(ls.waitMax.Requests, lc.Requests), Tokens: max(ls.waitMax.Tokens, lc.Tokens)}
-	ls.waitSum = add(ls.waitSum, lc)
-	l.lz.enqueueLocked(st, true)
-	return nil, ErrLeasePending
+	if w != nil && w.job != nil {
+		return l.finishAheadLocked(st, c, now, w)
+	}
+	path := pathLocal
+	if w != nil {
+		path = pathSlow
+	}
+	if r := lz.admitLocked(st, c, now, path); r != nil {
+		return r, l.timeOf(now), nil, nil
+	}
+	if ahead && !lz.fallback.Load() {
+		job := &aheadJob{st: st, lim: lim, cost: c, maxWait: maxWait, done: make(chan struct{})}
+		lz.mu.Lock()
+		lz.aheads = append(lz.aheads, job)
+		lz.urgent = true
+		lz.mu.Unlock()
+		lz.wake()
+		return nil, time.Time{}, &waiter{ready: job.done, deadline: now.Add(lz.cfg.slowDeadline), job: job}, nil
+	}
+	switch {
+	case ls.notBefore > now:
+		return reject(&RejectError{RetryAfter: ls.notBefore.Sub(now), Status: ls.status(lim, now), Dimension: ls.shortDim, Cost: c})
+	case w != nil && ls.tooLarge:
+		dim, _ := oversize(lim, c)
+		return reject(&RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c})
+	case lz.fallback.Load(), w != nil && now >= w.deadline:
+		r, err := lz.fallbackLocked(st, c, now)
+		return r, l.timeOf(now), nil, err
+	}
+	lc := lim.Limited(c)
+	ls.waitMax = ls.waitMax.Max(lc)
+	ls.waitSum = ls.waitSum.Add(lc)
+	if ls.wait == nil {
+		ls.wait = make(chan struct{})
+	}
+	lz.enqueueLocked(st, true, now)
+	if w == nil {
+		w = &waiter{deadline: now.Add(lz.cfg.slowDeadline)}
+	}
+	w.ready = ls.wait
+	return nil, time.Time{}, w, nil
 }
 
-// slowPath asks the allocator for what c lacks, once per round for all the
-// requests waiting on the key, and admits or rejects with the wait the
-// allocator named; when others spent the grant first it asks again, all
-// within the slow-path deadline, after which the fallback policy decides.
-func (l *Limiter) slowPath(ctx context.Context, st *keyState, lim ration.Limits, c ration.Amount) (Reservation, time.Time, error) {
-	lz, sh, ls := l.lz, st.sh, st.ls
-	deadline := time.NewTimer(lz.cfg.slowDeadline)
-	defer deadline.Stop()
-	for {
-		select {
-		case <-lz.done:
-			return nil, time.Time{}, ErrClosed
-		default:
+// finishAheadLocked decides a ReserveAt whose reservation ahead was asked
+// for: the allocator's answer, or, past the deadline or after a failure,
+// the fallback policy (now or never).
+func (l *Limiter) finishAheadLocked(st *keyState, c ration.Amount, now bucket.Instant, w *waiter) (Reservation, time.Time, *waiter, error) {
+	lz, ls, lim, j := l.lz, st.ls, st.lim, w.job
+	select {
+	case <-j.done:
+	default:
+		if now < w.deadline {
+			return nil, time.Time{}, w, nil
 		}
-		sh.mu.Lock()
-		lc := limitedPart(lim, c)
-		ls.waitMax = ration.Amount{Requests: max(ls.waitMax.Requests, lc.Requests), Tokens: max(ls.waitMax.Tokens, lc.Tokens)}
-		ls.waitSum = add(ls.waitSum, lc)
-		if ls.wait == nil {
-			ls.wait = make(chan struct{})
-		}
-		wait := ls.wait
-		lz.enqueueLocked(st, true)
-		sh.mu.Unlock()
-
-		// One waiter per key and round watches the channel (singleflight).
-		ch := lz.sf.DoChan(st.key, func() (any, error) {
-			select {
-			case <-wait:
-			case <-lz.done:
-			}
-			return nil, nil
-		})
-		answered := false
-		select {
-		case <-ch:
-			answered = true
-		case <-deadline.C:
-		case <-ctx.Done():
-			return nil, time.Time{}, ctx.Err()
-		}
-
-		inst := l.now()
-		now := l.timeOf(inst)
-		sh.mu.Lock()
-		if st.dead { // swept while we waited: start again on the key's live state
-			sh.mu.Unlock()
-			return l.reserveLeased(ctx, st.hash(), st.key, lim, c, 0, false)
-		}
-		if r := l.admitLeaseLocked(sh, st, c, inst, pathSlow); r != nil {
-			sh.mu.Unlock()
-			return r, now, nil
-		}
-		var rej *RejectError
-		switch {
-		case ls.tooLarge:
-			dim, _ := oversize(lim, c)
-			rej = &RejectError{Status: ls.status(lim, inst), Dimension: dim, Oversize: true, Cost: c}
-		case ls.notBefore > inst:
-			rej = &RejectError{RetryAfter: ls.notBefore.Sub(inst), Status: ls.status(lim, inst), Dimension: ls.shortDim, Cost: c}
-		case !answered || lz.fallback.Load():
-			r, err := l.fallbackLocked(st, c, inst)
-			sh.mu.Unlock()
-			return r, now, err
-		}
-		sh.mu.Unlock()
-		if rej != nil {
-			lz.cfg.metrics.reject(rej)
-			return nil, time.Time{}, rej
-		}
-		// Granted, but other requests spent it first: ask again.
+		j.abandoned = true // a late reservation is given back
 	}
+	if j.err != nil || j.abandoned {
+		r, err := lz.fallbackLocked(st, c, now)
+		return r, l.timeOf(now), nil, err
+	}
+	kr := j.res
+	ls.setSnapshot(kr.GetSnapshot(), now)
+	wait := time.Duration(kr.GetWaitUs()) * time.Microsecond
+	switch kr.GetStatus() {
+	case leasev1.GrantStatus_GRANT_STATUS_OK:
+		lc := lim.Limited(c)
+		ls.outstanding = ls.outstanding.Add(lc)
+		ls.record(lc, now)
+		lz.cfg.metrics.admit(pathAhead)
+		return ls.reservation(st, c, now, pathAhead, 0), l.timeOf(j.recv.Add(wait)), nil, nil
+	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
+		dim, _ := oversize(lim, c)
+		rej := &RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c}
+		lz.cfg.metrics.reject(rej)
+		return nil, time.Time{}, nil, rej
+	}
+	rej := &RejectError{RetryAfter: wait, Status: ls.status(lim, now), Dimension: Tokens, Cost: c}
+	if lim.TPM == 0 {
+		rej.Dimension = Requests
+	}
+	lz.cfg.metrics.reject(rej)
+	return nil, time.Time{}, nil, rej
 }
 
-// admitLeaseLocked admits c from st's lease if it is valid and covers c,
-// starting a refresh when the lease falls below its low watermark. It
+// admitLocked admits c from st's lease if it is valid and covers c,
+// queueing a refresh when the lease falls below its low watermark. It
 // returns nil when the lease cannot cover c.
-func (l *Limiter) admitLeaseLocked(sh *shard, st *keyState, c ration.Amount, now bucket.Instant, path admitPath) Reservation {
-	ls := leaseOf(st)
+func (lz *leaser) admitLocked(st *keyState, c ration.Amount, now bucket.Instant, path admitPath) Reservation {
+	ls := st.ls
 	if !ls.valid(now) || !ls.covers(st.lim, c) {
 		return nil
 	}
 	ls.spend(st.lim, c, now)
 	if !ls.queued && !ls.inCall && ls.low(st.lim, c) {
-		l.lz.enqueueLocked(st, false)
+		lz.enqueueLocked(st, false, now)
 	}
-	l.lz.cfg.metrics.admit(path)
-	return ls.reservation(sh, st, c, now, path, ls.gen)
+	lz.cfg.metrics.admit(path)
+	return ls.reservation(st, c, now, path, ls.gen)
 }
 
 // fallbackLocked decides c for a key without a usable lease while the
 // allocator is unreachable, per the configured policy. What it admits is
 // recorded as debt, reported when the allocator answers again.
-func (l *Limiter) fallbackLocked(st *keyState, c ration.Amount, now bucket.Instant) (Reservation, error) {
-	ls, m := st.ls, l.lz.cfg.metrics
-	switch l.lz.cfg.policy {
+func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Instant) (Reservation, error) {
+	ls, m := st.ls, lz.cfg.metrics
+	switch lz.cfg.policy {
 	case FailClosed:
 		rej := &RejectError{RetryAfter: time.Second, Status: ls.status(st.lim, now), Dimension: Requests, Cost: c}
-		if m != nil {
-			m.rejectedClosed.Inc()
-		}
+		m.failClosed()
 		return nil, rej
 	case FailOpen:
 	default: // FallbackShare
 		n := ls.active
 		if n == 0 {
-			n = max(1, l.lz.maxActive.Load())
+			n = max(1, lz.maxActive.Load())
 		}
 		share := shareOf(st.lim, int64(n))
 		if !ls.fallback || ls.fbLim != share {
@@ -199,7 +176,7 @@ func (l *Limiter) fallbackLocked(st *keyState, c ration.Amount, now bucket.Insta
 			// probably spent when the allocator went away, and a full start
 			// would add a burst of the whole capacity across the fleet.
 			fresh := newKeyState(st.sh, st.key, share, now) // a bucket holder, never linked
-			fresh.take(ration.Amount{Requests: capacityOf(share.RPM, share.BurstRequests), Tokens: capacityOf(share.TPM, share.BurstTokens)})
+			fresh.take(share.Capacity())
 			st.req, st.tok = fresh.req, fresh.tok
 			ls.fallback, ls.fbLim = true, share
 		}
@@ -217,11 +194,11 @@ func (l *Limiter) fallbackLocked(st *keyState, c ration.Amount, now bucket.Insta
 		fb.take(c)
 		st.req, st.tok = fb.req, fb.tok
 	}
-	lc := limitedPart(st.lim, c)
-	ls.debt = add(ls.debt, lc)
+	lc := st.lim.Limited(c)
+	ls.debt = ls.debt.Add(lc)
 	ls.record(lc, now)
 	m.admit(pathFallback)
-	return ls.reservation(st.sh, st, c, now, pathFallback, 0), nil
+	return ls.reservation(st, c, now, pathFallback, 0), nil
 }
 
 // shareOf is lim divided among n spenders, at least 1 per limited dimension.
@@ -232,72 +209,12 @@ func shareOf(lim ration.Limits, n int64) ration.Limits {
 		}
 		return max(1, v/n)
 	}
-	return ration.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM),
-		BurstRequests: div(capacityOf(lim.RPM, lim.BurstRequests)), BurstTokens: div(capacityOf(lim.TPM, lim.BurstTokens))}
-}
-
-// reserveAhead is wait mode when the lease cannot cover c: the allocator
-// reserves c for the earliest time its global buckets cover it.
-func (l *Limiter) reserveAhead(ctx context.Context, st *keyState, lim ration.Limits, c ration.Amount, maxWait time.Duration) (Reservation, time.Time, error) {
-	lz := l.lz
-	job := &aheadJob{st: st, lim: lim, cost: c, maxWait: maxWait, res: make(chan aheadResult, 1)}
-	lz.mu.Lock()
-	if lz.closing {
-		lz.mu.Unlock()
-		return nil, time.Time{}, ErrClosed
-	}
-	lz.aheads = append(lz.aheads, job)
-	lz.urgent = true
-	lz.mu.Unlock()
-	lz.poke()
-	var res aheadResult
-	t := time.NewTimer(lz.cfg.slowDeadline)
-	defer t.Stop()
-	select {
-	case res = <-job.res:
-	case <-t.C:
-		res.err = errUnreachable
-	case <-ctx.Done():
-		return nil, time.Time{}, ctx.Err()
-	}
-	inst := l.now()
-	now := l.timeOf(inst)
-	sh := st.sh
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	ls := st.ls
-	if res.err != nil {
-		// Unreachable: wait mode falls back to now-or-never under the policy.
-		r, err := l.fallbackLocked(st, c, inst)
-		return r, now, err
-	}
-	kr := res.r
-	ls.setSnapshot(kr.GetSnapshot(), inst)
-	wait := time.Duration(kr.GetWaitUs()) * time.Microsecond
-	switch kr.GetStatus() {
-	case leasev1.GrantStatus_GRANT_STATUS_OK:
-		lc := limitedPart(lim, c)
-		ls.outstanding = add(ls.outstanding, lc)
-		ls.record(lc, inst)
-		lz.cfg.metrics.admit(pathAhead)
-		return ls.reservation(sh, st, c, inst, pathAhead, 0), res.recv.Add(wait), nil
-	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
-		dim, _ := oversize(lim, c)
-		rej := &RejectError{Status: ls.status(lim, inst), Dimension: dim, Oversize: true, Cost: c}
-		lz.cfg.metrics.reject(rej)
-		return nil, time.Time{}, rej
-	}
-	rej := &RejectError{RetryAfter: wait, Status: ls.status(lim, inst), Dimension: Tokens, Cost: c}
-	if lim.TPM == 0 {
-		rej.Dimension = Requests
-	}
-	lz.cfg.metrics.reject(rej)
-	return nil, time.Time{}, rej
+	capacity := lim.Capacity()
+	return ration.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM), BurstRequests: div(capacity.Requests), BurstTokens: div(capacity.Tokens)}
 }
 
 // leasedReservation is a leased Limiter's Reservation.
 type leasedReservation struct {
-	sh   *shard // st.sh, kept here so that settling reads one cache line less
 	st   *keyState
 	kl   *keyLimits // the key's limits at admission
 	cost ration.Amount
@@ -309,8 +226,8 @@ type leasedReservation struct {
 
 // reservation returns the Reservation for c, admitted at now on path from
 // lease generation gen. Call it with the shard locked, after the spend.
-func (ls *leaseState) reservation(sh *shard, st *keyState, c ration.Amount, now bucket.Instant, path admitPath, gen uint32) *leasedReservation {
-	r := &leasedReservation{sh: sh, st: st, kl: st.kl, cost: c, path: path, gen: gen}
+func (ls *leaseState) reservation(st *keyState, c ration.Amount, now bucket.Instant, path admitPath, gen uint32) *leasedReservation {
+	r := &leasedReservation{st: st, kl: st.kl, cost: c, path: path, gen: gen}
 	r.rem[0], r.rem[1] = ls.remaining(st.lim, now)
 	return r
 }
@@ -321,47 +238,43 @@ func (r *leasedReservation) Cancel() { r.settle(ration.Amount{}, true) }
 
 func (r *leasedReservation) Settle(actual ration.Amount) { r.settle(actual, false) }
 
+// settle applies the actual usage. It reads no clock: a refund needs none,
+// and a fallback overrun is taken from the fallback buckets as of their
+// last refill (the next admission refills them).
 func (r *leasedReservation) settle(actual ration.Amount, cancel bool) {
-	// Clamped so that absurd usage saturates instead of overflowing the
-	// sums it is added to.
-	actual.Requests, actual.Tokens = min(max(0, actual.Requests), maxWire), min(max(0, actual.Tokens), maxWire)
-	st, sh := r.st, r.sh
-	l := sh.l
+	actual = actual.Clamp()
+	st := r.st
+	sh := st.sh
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if r.done {
 		return
 	}
 	r.done = true
+	m := sh.l.lz.cfg.metrics
 	if !cancel {
-		l.lz.cfg.metrics.usage(r.cost.Tokens, actual.Tokens)
+		m.usage(r.cost.Tokens, actual.Tokens)
 	}
-	ls := st.ls
-	lim := st.lim
+	ls, lim := st.ls, st.lim
 	switch r.path {
 	case pathFallback:
-		delta := sub(limitedPart(lim, actual), limitedPart(lim, r.cost))
-		ls.debt = add(ls.debt, delta)
-		ls.debt = ration.Amount{Requests: max(0, ls.debt.Requests), Tokens: max(0, ls.debt.Tokens)}
+		ls.debt = ls.debt.Add(lim.Limited(actual).Sub(lim.Limited(r.cost))).Positive()
 		if ls.fallback {
-			now := l.now() // an overrun is charged after the refill
 			fb := keyState{lim: ls.fbLim, req: st.req, tok: st.tok}
-			refund := sub(r.cost, actual)
-			fb.give(ration.Amount{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
-			fb.advance(now)
-			fb.take(ration.Amount{Requests: max(0, -refund.Requests), Tokens: max(0, -refund.Tokens)})
+			refund := r.cost.Sub(actual)
+			fb.give(refund.Positive())
+			fb.take(ration.Amount{}.Sub(refund).Positive())
 			st.req, st.tok = fb.req, fb.tok
 		}
 	case pathAhead:
 		// The reservation was made at the allocator for a send time that
 		// the local lease does not cover: a refund goes back to the
 		// allocator on the next call, an overrun is debt.
-		rc, ac := limitedPart(lim, r.cost), limitedPart(lim, actual)
-		ls.outstanding = sub(ls.outstanding, rc)
-		ls.outstanding = ration.Amount{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
-		d := sub(rc, ac)
-		ls.ret = add(ls.ret, ration.Amount{Requests: max(0, d.Requests), Tokens: max(0, d.Tokens)})
-		ls.debt = add(ls.debt, ration.Amount{Requests: max(0, -d.Requests), Tokens: max(0, -d.Tokens)})
+		rc, ac := lim.Limited(r.cost), lim.Limited(actual)
+		ls.outstanding = ls.outstanding.Sub(rc).Positive()
+		d := rc.Sub(ac)
+		ls.ret = ls.ret.Add(d.Positive())
+		ls.debt = ls.debt.Add(ration.Amount{}.Sub(d).Positive())
 	default:
 		ls.settle(lim, r.cost, actual, r.gen)
 	}

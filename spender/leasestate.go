@@ -11,13 +11,6 @@ import (
 // leaseState is one key's share of its global budget in a leased Limiter.
 // It is guarded by the key's shard mutex. Only limited dimensions are
 // tracked; an unlimited one is never short.
-//
-// It holds only the fields every admission and settlement reads or
-// writes, in two cache lines; the rest (leaseCold) is behind a pointer and
-// touched by refreshes, slow paths and overruns only. A leased key
-// (leasedKey: this, then its keyState) is 384 bytes, a size class whose
-// objects start on 128-byte boundaries and which the GC scans span by
-// span; the layout test (TestLeasedKeyLayout) keeps it so.
 type leaseState struct {
 	expiry      bucket.Instant // when avail stops being spendable
 	avail       ration.Amount  // granted and unspent; spendable while now < expiry
@@ -25,24 +18,16 @@ type leaseState struct {
 	lowWater    ration.Amount  // refresh when the lease falls below this plus a request
 	spentTotal  ration.Amount  // spent since the state was made, net of refunds
 	lastUse     bucket.Instant
+	gen         uint32 // moves on each time the lease is seen to expire
+	queued      bool   // waiting for the next Acquire
+	inCall      bool   // in the Acquire being sent
+
 	// The key's global state as of the last answer, for headers: whole
-	// units left in the global buckets, copied out of the answer so the
-	// hot path reads no message.
+	// units left in the global buckets.
 	snapRem ration.Amount
 	snapAt  bucket.Instant
-	gen     uint32 // moves on each time the lease is seen to expire
-	queued  bool   // waiting for the next Acquire
-	inCall  bool   // in the Acquire being sent
-	hasSnap bool   // snapRem and snapAt hold an answer
-	rated   bool   // rateAt and rateBase are set
+	hasSnap bool
 
-	*leaseCold
-	_ [8]byte // to 128 bytes, so that a leasedKey's keyState starts on a cache line
-}
-
-// leaseCold is the part of a key's lease state that admissions do not
-// touch (unless they overrun, or fail to be admitted from the lease).
-type leaseCold struct {
 	debt ration.Amount // spent beyond any grant, not yet reported
 	ret  ration.Amount // to give back on the next call
 
@@ -54,16 +39,14 @@ type leaseCold struct {
 	shortDim  Dimension      // the dimension that was short then
 	tooLarge  bool           // the allocator said the last need can never fit
 
-	waitMax    ration.Amount  // the largest cost a blocked Reserve waits for
-	waitSum    ration.Amount  // the sum of the costs blocked Reserves wait for
-	wait       chan struct{}  // closed when the next Acquire carrying this key ends
-	pending    bucket.Instant // manual leasing: when a Reserve first waited
-	hasPending bool           // manual leasing: a Reserve is waiting
+	waitMax ration.Amount // the largest cost a waiting Reserve needs
+	waitSum ration.Amount // the sum of the costs waiting Reserves need
+	wait    chan struct{} // closed when the next Acquire carrying this key ends
 
 	active uint32 // spenders holding a lease on the key, per the allocator
 
-	// Spend rate, estimated at each call from spentTotal (leaseState.rated
-	// says whether rateAt and rateBase are set).
+	// Spend rate, estimated at each call from spentTotal.
+	rated            bool // rateAt and rateBase are set
 	rateAt           bucket.Instant
 	rateBase         ration.Amount
 	rateReq, rateTok float64 // per second
@@ -93,15 +76,15 @@ func (ls *leaseState) covers(lim ration.Limits, c ration.Amount) bool {
 
 // spend moves c from the lease to outstanding and records it.
 func (ls *leaseState) spend(lim ration.Limits, c ration.Amount, now bucket.Instant) {
-	c = limitedPart(lim, c)
-	ls.avail = sub(ls.avail, c)
-	ls.outstanding = add(ls.outstanding, c)
+	c = lim.Limited(c)
+	ls.avail = ls.avail.Sub(c)
+	ls.outstanding = ls.outstanding.Add(c)
 	ls.record(c, now)
 }
 
 // record counts c as spent now, for the rate estimate and the headers.
 func (ls *leaseState) record(c ration.Amount, now bucket.Instant) {
-	ls.spentTotal = add(ls.spentTotal, c)
+	ls.spentTotal = ls.spentTotal.Add(c)
 	if !ls.rated {
 		ls.lastCost = c
 	}
@@ -118,10 +101,10 @@ func (ls *leaseState) record(c ration.Amount, now bucket.Instant) {
 // anyone can spend it, and an overrun taken from it consumes budget that
 // was granted and never returned.
 func (ls *leaseState) settle(lim ration.Limits, reserved, actual ration.Amount, gen uint32) {
-	reserved, actual = limitedPart(lim, reserved), limitedPart(lim, actual)
-	ls.outstanding = sub(ls.outstanding, reserved)
+	reserved, actual = lim.Limited(reserved), lim.Limited(actual)
+	ls.outstanding = ls.outstanding.Sub(reserved)
 	ls.outstanding = ration.Amount{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
-	ls.spentTotal = add(ls.spentTotal, sub(actual, reserved))
+	ls.spentTotal = ls.spentTotal.Add(actual.Sub(reserved))
 	valid := gen == ls.gen
 	// adjust returns what the lease cannot cover of an overrun: the debt.
 	adjust := func(avail *int64, r, a int64) (debt int64) {
@@ -142,7 +125,7 @@ func (ls *leaseState) settle(lim ration.Limits, reserved, actual ration.Amount, 
 	dr := adjust(&ls.avail.Requests, reserved.Requests, actual.Requests)
 	dt := adjust(&ls.avail.Tokens, reserved.Tokens, actual.Tokens)
 	if dr != 0 || dt != 0 { // only then touch the cold part
-		ls.debt = add(ls.debt, ration.Amount{Requests: dr, Tokens: dt})
+		ls.debt = ls.debt.Add(ration.Amount{Requests: dr, Tokens: dt})
 	}
 }
 
@@ -160,7 +143,7 @@ func (ls *leaseState) setSnapshot(sn *leasev1.Snapshot, now bucket.Instant) {
 // could not vouch for, it counts old holdings as zero), so an unspent
 // lease above it is dropped. Unsettled requests stay admitted.
 func (ls *leaseState) trimTo(lim ration.Limits, held ration.Amount) {
-	local := add(ls.avail, ls.outstanding)
+	local := ls.avail.Add(ls.outstanding)
 	if lim.RPM > 0 && local.Requests > held.Requests {
 		ls.avail.Requests = max(0, ls.avail.Requests-(local.Requests-held.Requests))
 	}
@@ -182,7 +165,7 @@ func (ls *leaseState) updateRate(now bucket.Instant) {
 	}
 	// Net spend in the interval: refunds of requests admitted before it can
 	// make it negative, which means "spent nothing".
-	d := sub(ls.spentTotal, ls.rateBase)
+	d := ls.spentTotal.Sub(ls.rateBase)
 	r, t := max(0, float64(d.Requests)/dt), max(0, float64(d.Tokens)/dt)
 	if ls.rateReq == 0 && ls.rateTok == 0 {
 		ls.rateReq, ls.rateTok = r, t
@@ -196,7 +179,7 @@ func (ls *leaseState) updateRate(now bucket.Instant) {
 // largest one's shortfall against the lease as it is now (so the wait the
 // allocator names is the exact global one).
 func (ls *leaseState) need(lim ration.Limits) ration.Amount {
-	return limitedPart(lim, ration.Amount{Requests: max(0, ls.waitMax.Requests-ls.avail.Requests), Tokens: max(0, ls.waitMax.Tokens-ls.avail.Tokens)})
+	return lim.Limited(ration.Amount{Requests: max(0, ls.waitMax.Requests-ls.avail.Requests), Tokens: max(0, ls.waitMax.Tokens-ls.avail.Tokens)})
 }
 
 // want is what to ask for on top of the lease: spend rate × horizon plus
@@ -210,15 +193,13 @@ func (ls *leaseState) want(lim ration.Limits, horizon time.Duration) ration.Amou
 		// eighth of the key's capacity, so that the first gateway to see a
 		// small key does not lease all of it while others see it empty.
 		target = ration.Amount{
-			Requests: min(4*max(1, ls.lastCost.Requests), capacityOf(lim.RPM, lim.BurstRequests)/8),
-			Tokens:   min(4*ls.lastCost.Tokens, capacityOf(lim.TPM, lim.BurstTokens)/8),
+			Requests: min(4*max(1, ls.lastCost.Requests), lim.Capacity().Requests/8),
+			Tokens:   min(4*ls.lastCost.Tokens, lim.Capacity().Tokens/8),
 		}
 	}
-	target = add(target, ls.waitSum)
+	target = target.Add(ls.waitSum)
 	need := ls.need(lim)
-	w := ration.Amount{Requests: max(0, target.Requests-ls.avail.Requests), Tokens: max(0, target.Tokens-ls.avail.Tokens)}
-	w = ration.Amount{Requests: max(w.Requests, need.Requests), Tokens: max(w.Tokens, need.Tokens)}
-	return limitedPart(lim, w)
+	return lim.Limited(target.Sub(ls.avail).Positive().Max(need))
 }
 
 // low reports whether the lease has fallen below its low watermark: what
@@ -259,22 +240,21 @@ func (ls *leaseState) status(lim ration.Limits, now bucket.Instant) Status {
 func (ls *leaseState) remaining(lim ration.Limits, now bucket.Instant) (req, tok int64) {
 	age := float64(max(0, int64(now-ls.snapAt)))
 	// Floating point suffices here: these numbers are what a client is
-	// told, never what is admitted, and it spares integer divisions on the
-	// hot path.
-	dim := func(rate, burst, snapRem, avail int64) int64 {
-		limit := capacityOf(rate, burst)
-		perUs := float64(rate) * (1 / float64(minuteUs)) // a constant reciprocal: no division
+	// told, never what is admitted.
+	dim := func(rate, limit, snapRem, avail int64) int64 {
+		perUs := float64(rate) / float64(minuteUs)
 		remaining := max(0, avail)
 		if ls.hasSnap {
 			remaining += min(limit, max(0, snapRem)+int64(min(float64(limit), age*perUs)))
 		}
 		return min(limit, remaining)
 	}
+	capacity := lim.Capacity()
 	if lim.RPM > 0 {
-		req = dim(lim.RPM, lim.BurstRequests, ls.snapRem.Requests, ls.avail.Requests)
+		req = dim(lim.RPM, capacity.Requests, ls.snapRem.Requests, ls.avail.Requests)
 	}
 	if lim.TPM > 0 {
-		tok = dim(lim.TPM, lim.BurstTokens, ls.snapRem.Tokens, ls.avail.Tokens)
+		tok = dim(lim.TPM, capacity.Tokens, ls.snapRem.Tokens, ls.avail.Tokens)
 	}
 	return req, tok
 }
@@ -283,73 +263,36 @@ func (ls *leaseState) remaining(lim ration.Limits, now bucket.Instant) (req, tok
 // tok tokens remaining: each limited dimension's capacity, what remains,
 // and how long its global bucket takes to refill from there.
 func leasedStatus(lim ration.Limits, req, tok int64) Status {
-	dim := func(rate, burst, remaining int64) (int64, int64, time.Duration) {
-		limit := capacityOf(rate, burst)
+	dim := func(rate, limit, remaining int64) (int64, int64, time.Duration) {
 		if remaining >= limit {
 			return limit, remaining, 0
 		}
 		return limit, remaining, time.Duration(float64(limit-remaining)*float64(minuteUs)/float64(rate)) * time.Microsecond
 	}
 	var s Status
+	capacity := lim.Capacity()
 	if lim.RPM > 0 {
-		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, lim.BurstRequests, req)
+		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, capacity.Requests, req)
 	}
 	if lim.TPM > 0 {
-		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, lim.BurstTokens, tok)
+		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, capacity.Tokens, tok)
 	}
 	return s
 }
 
 const minuteUs = int64(time.Minute / time.Microsecond)
 
-// capacityOf is a dimension's bucket capacity: the burst, or the rate.
-func capacityOf(rate, burst int64) int64 {
-	if burst > 0 {
-		return burst
-	}
-	return rate
-}
-
-// limitedPart zeroes the dimensions of c that lim leaves unlimited.
-func limitedPart(lim ration.Limits, c ration.Amount) ration.Amount {
-	if lim.RPM == 0 {
-		c.Requests = 0
-	}
-	if lim.TPM == 0 {
-		c.Tokens = 0
-	}
-	return c
-}
-
-func add(a, b ration.Amount) ration.Amount {
-	return ration.Amount{Requests: a.Requests + b.Requests, Tokens: a.Tokens + b.Tokens}
-}
-func sub(a, b ration.Amount) ration.Amount {
-	return ration.Amount{Requests: a.Requests - b.Requests, Tokens: a.Tokens - b.Tokens}
-}
-
-// maxWire is the largest amount the lease protocol carries (the
-// allocator's MaxAmount); amounts above it saturate rather than make the
-// allocator refuse the whole call.
-const maxWire = 1 << 50
-
-// toAmount is c on the wire: each field clamped to [0, maxWire].
-func toAmount(c ration.Amount) *leasev1.Amount { return setAmount(new(leasev1.Amount), c) }
-
-// setAmount sets a to c on the wire (see toAmount) and returns a.
-func setAmount(a *leasev1.Amount, c ration.Amount) *leasev1.Amount {
-	a.Requests, a.Tokens = min(max(0, c.Requests), maxWire), min(max(0, c.Tokens), maxWire)
-	return a
+// toAmount is c on the wire, clamped to the protocol's range: amounts
+// above it saturate rather than make the allocator refuse the whole call.
+func toAmount(c ration.Amount) *leasev1.Amount {
+	c = c.Clamp()
+	return &leasev1.Amount{Requests: c.Requests, Tokens: c.Tokens}
 }
 
 func fromAmount(a *leasev1.Amount) ration.Amount {
 	return ration.Amount{Requests: a.GetRequests(), Tokens: a.GetTokens()}
 }
 
-func toLimits(l ration.Limits) *leasev1.Limits { return setLimits(new(leasev1.Limits), l) }
-
-// setLimits sets m to l on the wire and returns m.
-func setLimits(m *leasev1.Limits, l ration.Limits) *leasev1.Limits {
-	m.Rpm, m.Tpm, m.BurstRequests, m.BurstTokens = l.RPM, l.TPM, l.BurstRequests, l.BurstTokens
-	return m
+func toLimits(l ration.Limits) *leasev1.Limits {
+	return &leasev1.Limits{Rpm: l.RPM, Tpm: l.TPM, BurstRequests: l.BurstRequests, BurstTokens: l.BurstTokens}
 }

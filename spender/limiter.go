@@ -6,7 +6,6 @@ import (
 	"hash/maphash"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
@@ -34,29 +33,26 @@ import (
 // state. Memory is bounded by the keys active within the last
 // refill-to-full period (see WithSweepInterval).
 type Limiter struct {
-	clock    ration.Clock
-	sysClock bool      // clock is SystemClock: read the monotonic clock only
-	epoch    time.Time // Instant 0; taken from the clock at New
-	seed     maphash.Seed
-	shards   []shard
-	mask     uint64
-	sweep    time.Duration
-	lz       *leaser // nil for a standalone Limiter
+	clock  ration.Clock
+	epoch  time.Time // Instant 0; taken from the clock at New
+	seed   maphash.Seed
+	shards []shard
+	mask   uint64
+	sweep  time.Duration
+	lz     *leaser // the lease state machine; nil for a standalone Limiter
+	drv    *driver // moves lz; nil for a standalone Limiter
 }
 
 // shard is one lock and the keys hashed to it.
 type shard struct {
 	l  *Limiter
 	mu sync.Mutex // guards everything below and every keyState in keys
-	// keys holds the state of every key with a bucket that is not full
-	// (and, until the next sweep, some that are), by the key's 64-bit
-	// hash; keys whose hashes collide are chained through keyState.next.
-	keys     keyTable
-	kept     []tableSlot    // the sweep's scratch space
-	n        int            // number of keyStates in keys, chains included
+	// keys holds the state of every key with a bucket that is not full (or
+	// a lease state that holds something) and, until the next sweep, some
+	// that are full or idle again.
+	keys     map[string]*keyState
 	sweepAt  bucket.Instant // sweep when the clock reaches this
-	sweepLen int            // or when n reaches this
-	_        [16]byte       // keep shards on separate cache lines
+	sweepLen int            // or when len(keys) reaches this
 }
 
 const minSweepLen = 64
@@ -74,23 +70,20 @@ func New(clock ration.Clock, opts ...Option) *Limiter {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
-	_, sys := clock.(ration.SystemClock)
 	l := &Limiter{
-		clock:    clock,
-		sysClock: sys,
-		epoch:    clock.Now(),
-		seed:     maphash.MakeSeed(),
-		shards:   make([]shard, cfg.shards),
-		mask:     uint64(cfg.shards - 1),
-		sweep:    cfg.sweep,
+		clock:  clock,
+		epoch:  clock.Now(),
+		seed:   maphash.MakeSeed(),
+		shards: make([]shard, cfg.shards),
+		mask:   uint64(cfg.shards - 1),
+		sweep:  cfg.sweep,
 	}
 	for i := range l.shards {
-		l.shards[i].l = l
-		l.shards[i].sweepAt = bucket.Instant(0).Add(cfg.sweep)
-		l.shards[i].sweepLen = minSweepLen
+		l.shards[i] = shard{l: l, keys: make(map[string]*keyState), sweepAt: bucket.Instant(0).Add(cfg.sweep), sweepLen: minSweepLen}
 	}
 	if cfg.lease.src != nil {
-		l.lz = newLeaser(l, cfg.lease)
+		l.lz = newLeaser(l, cfg.lease, 0)
+		l.drv = startDriver(l, cfg.lease.src)
 	}
 	return l
 }
@@ -140,12 +133,11 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim ration.Limits, c 
 		}
 		return unlimited{}, time.Time{}, nil
 	}
-	h := maphash.String(l.seed, key)
 	if l.lz != nil {
-		return l.reserveLeased(ctx, h, key, lim, c, maxWait, ahead)
+		return l.drv.reserve(ctx, key, lim, c, maxWait, ahead)
 	}
 	inst := l.now()
-	sh, st, err := l.lockKey(h, key, lim, inst)
+	sh, st, err := l.lockKey(key, lim, inst)
 	if err != nil {
 		return nil, time.Time{}, err
 	}
@@ -166,28 +158,21 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim ration.Limits, c 
 	return r, l.timeOf(inst).Add(w), nil
 }
 
-// now reads the clock once and returns the instant. With the system clock
-// it reads only the monotonic clock (time.Since), half the cost of
-// time.Now on this kind of machine.
-func (l *Limiter) now() bucket.Instant {
-	if l.sysClock {
-		return bucket.Instant(time.Since(l.epoch) / time.Microsecond)
-	}
-	return bucket.InstantOf(l.epoch, l.clock.Now())
-}
+// now reads the clock once and returns the instant.
+func (l *Limiter) now() bucket.Instant { return bucket.InstantOf(l.epoch, l.clock.Now()) }
 
 // timeOf is the clock time of instant i.
 func (l *Limiter) timeOf(i bucket.Instant) time.Time { return i.Time(l.epoch) }
 
 // lockKey locks key's shard, sweeps it when due, and returns the shard and
 // key's state with the shard still locked; on error the shard is unlocked.
-func (l *Limiter) lockKey(h uint64, key string, lim ration.Limits, now bucket.Instant) (*shard, *keyState, error) {
-	sh := &l.shards[h&l.mask]
+func (l *Limiter) lockKey(key string, lim ration.Limits, now bucket.Instant) (*shard, *keyState, error) {
+	sh := &l.shards[maphash.String(l.seed, key)&l.mask]
 	sh.mu.Lock()
-	if now >= sh.sweepAt || sh.n >= sh.sweepLen {
+	if now >= sh.sweepAt || len(sh.keys) >= sh.sweepLen {
 		sh.sweepLocked(now)
 	}
-	st, err := sh.lookupLocked(h, key, lim, now)
+	st, err := sh.lookupLocked(key, lim, now)
 	if err != nil {
 		sh.mu.Unlock()
 		return nil, nil, err
@@ -200,8 +185,8 @@ func (l *Limiter) lockKey(h uint64, key string, lim ration.Limits, now bucket.In
 // stored ones, so the steady state pays one comparison. A standalone key
 // starts with full buckets; a leased key starts holding no lease and only
 // records new limits (the allocator follows the latest it is sent).
-func (sh *shard) lookupLocked(h uint64, key string, lim ration.Limits, now bucket.Instant) (*keyState, error) {
-	st := sh.findLocked(h, key)
+func (sh *shard) lookupLocked(key string, lim ration.Limits, now bucket.Instant) (*keyState, error) {
+	st := sh.keys[key]
 	if st != nil && st.lim == lim {
 		return st, nil
 	}
@@ -210,15 +195,11 @@ func (sh *shard) lookupLocked(h uint64, key string, lim ration.Limits, now bucke
 	}
 	switch {
 	case st == nil && sh.l.lz != nil:
-		lk := &leasedKey{kl: keyLimits{lim: lim}}
-		lk.leaseState.leaseCold = new(leaseCold)
-		lk.keyState = keyState{sh: sh, key: key, lim: lim, kl: &lk.kl, ls: &lk.leaseState}
-		lk.leaseState.lastUse = now // not idle before it had a chance to be used
-		st = &lk.keyState
-		sh.linkLocked(h, st)
+		st = &keyState{sh: sh, key: key, lim: lim, kl: &keyLimits{lim: lim}, ls: &leaseState{lastUse: now}}
+		sh.keys[key] = st
 	case st == nil:
 		st = newKeyState(sh, key, lim, now)
-		sh.linkLocked(h, st)
+		sh.keys[key] = st
 	case st.ls != nil:
 		st.lim, st.kl = lim, &keyLimits{lim: lim}
 	default:
@@ -227,89 +208,17 @@ func (sh *shard) lookupLocked(h uint64, key string, lim ration.Limits, now bucke
 	return st, nil
 }
 
-// leasedKey is a leased key's state in one allocation (its leaseCold is
-// another), laid out so that an admission touches three adjacent cache
-// lines: the lease's (leaseState is two lines) and the keyState's first.
-type leasedKey struct {
-	leaseState
-	keyState
-	kl keyLimits // the first limits; a change makes a new one
-}
-
-// leaseOf returns the lease state of st, which must be a leasedKey's
-// keyState (every state a leased Limiter links is). It is st.ls, computed
-// from st's address instead of loaded from st's first cache line: the
-// address is known as soon as the table slot is read, so the CPU can fetch
-// the lease's two lines while the key's own line is still on its way. With
-// 10k keys in random order that was 237 -> 197 ns per Reserve+Settle, with
-// the lease state's earlier 576-byte layout (docs/results.md). TestLeaseOfMatchesLs checks it agrees with st.ls.
-//
-// It still compares with st.ls and uses that if they differ (they never
-// do): the comparison costs nothing on the hot path (the branch is
-// predicted, and the CPU goes on with the computed address meanwhile) and
-// makes a broken invariant a slow path instead of a wild pointer.
-func leaseOf(st *keyState) *leaseState {
-	ls := leaseAddr(st)
-	if ls != st.ls {
-		return st.ls
-	}
-	return ls
-}
-
-// leaseAddr is the address of the leaseState in st's leasedKey.
-func leaseAddr(st *keyState) *leaseState {
-	return (*leaseState)(unsafe.Add(unsafe.Pointer(st), -leasedKeyStateOffset))
-}
-
-// leasedKeyStateOffset is where a leasedKey's keyState starts; its
-// leaseState starts at 0.
-const leasedKeyStateOffset = int(unsafe.Offsetof(leasedKey{}.keyState))
-
-// findLocked returns key's state, or nil.
-func (sh *shard) findLocked(h uint64, key string) *keyState {
-	st := sh.keys.get(h)
-	for st != nil && st.key != key {
-		st = st.next
-	}
-	return st
-}
-
-// linkLocked adds st, whose key hashes to h and must not be present.
-func (sh *shard) linkLocked(h uint64, st *keyState) {
-	st.next = sh.keys.get(h)
-	sh.keys.set(h, st)
-	sh.n++
-}
-
-// sweepLocked drops the state of every key in sh whose buckets are full at
-// now, and schedules the next sweep.
+// sweepLocked drops the state of every key in sh that carries no
+// information at now, and schedules the next sweep.
 func (sh *shard) sweepLocked(now bucket.Instant) {
-	kept := sh.kept[:0]
-	for _, s := range sh.keys.slots {
-		var keep *keyState
-		for st := s.st; st != nil; {
-			next := st.next
-			if st.droppable(now) {
-				st.dead = true
-				sh.n--
-			} else {
-				st.next = keep
-				keep = st
-			}
-			st = next
-		}
-		if keep != nil {
-			kept = append(kept, tableSlot{h: s.h, st: keep})
+	for key, st := range sh.keys {
+		if st.droppable(now) {
+			st.dead = true
+			delete(sh.keys, key)
 		}
 	}
-	sh.keys.rebuild(kept)
-	clear(kept)
-	if cap(kept) > 4*len(sh.keys.slots) {
-		kept = nil // the shard shrank a lot: let the scratch space go too
-	}
-	sh.kept = kept[:0]
 	sh.sweepAt = now.Add(sh.l.sweep)
-	sh.sweepLen = max(2*sh.n, minSweepLen)
+	sh.sweepLen = max(2*len(sh.keys), minSweepLen)
 }
 
 // Keys returns the number of keys whose state the Limiter currently holds.
@@ -321,7 +230,7 @@ func (l *Limiter) Keys() int {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		n += sh.n
+		n += len(sh.keys)
 		sh.mu.Unlock()
 	}
 	return n
@@ -334,7 +243,7 @@ func (l *Limiter) Flush(ctx context.Context) error {
 	if l.lz == nil {
 		return nil
 	}
-	return l.lz.flush(ctx)
+	return l.drv.flush(ctx)
 }
 
 // Close stops a leased Limiter's background work and gives back every
@@ -346,7 +255,7 @@ func (l *Limiter) Close(ctx context.Context) error {
 	if l.lz == nil {
 		return nil
 	}
-	return l.lz.close(ctx)
+	return l.drv.close(ctx)
 }
 
 // reservation is a standalone Limiter's Reservation.
@@ -386,11 +295,10 @@ func (r *reservation) Settle(actual ration.Amount) {
 	// anew, full, if there is none) is where the adjustment belongs.
 	now := sh.l.now()
 	if st.dead {
-		h := st.hash()
-		live := sh.findLocked(h, st.key)
+		live := sh.keys[st.key]
 		if live == nil {
 			live = newKeyState(sh, st.key, st.lim, now) // st.lim was validated when stored
-			sh.linkLocked(h, live)
+			sh.keys[st.key] = live
 		}
 		st = live
 	}

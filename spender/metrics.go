@@ -2,8 +2,10 @@ package spender
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rationhq/ration"
 )
 
 // Metrics are a Limiter's Prometheus metrics. Make them with NewMetrics,
@@ -151,4 +153,49 @@ func AdmissionPath(r Reservation) Path {
 		return PathLease
 	}
 	return PathUnlimited
+}
+
+func (m *Metrics) returned(a ration.Amount) {
+	if m != nil {
+		m.returnedRequests.Add(float64(a.Requests))
+		m.returnedTokens.Add(float64(a.Tokens))
+	}
+}
+
+func (m *Metrics) setFallback(on bool) {
+	if m != nil {
+		v := 0.0
+		if on {
+			v = 1
+		}
+		m.fallback.Set(v)
+	}
+}
+
+func (m *Metrics) setKeysHeld(n int) {
+	if m != nil {
+		m.keysHeld.Set(float64(n))
+	}
+}
+
+func (m *Metrics) failClosed() {
+	if m != nil {
+		m.rejectedClosed.Inc()
+	}
+}
+
+// call counts one attempt of an allocator call; a successful one's
+// latency is observed.
+func (m *Metrics) call(method string, err error, d time.Duration) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.calls.WithLabelValues(method, result).Inc()
+	if err == nil {
+		m.callSeconds.WithLabelValues(method).Observe(d.Seconds())
+	}
 }

@@ -1,0 +1,56 @@
+// Package leasedrive lets a spender.LeaseSource drive a leased Limiter's
+// lease state machine itself, instead of the Limiter's own goroutine: the
+// simulator does, to carry each allocator call over its simulated network
+// under virtual time. The machine is the one a leased Limiter always runs;
+// only who moves it differs. It is internal: a gateway has no use for it.
+package leasedrive
+
+import (
+	"time"
+
+	"github.com/rationhq/ration"
+)
+
+// Source is a spender.LeaseSource that drives the machine. spender.New
+// calls Drive once, with the new Limiter's machine, and starts no
+// goroutine; the Source's Release is still what Close calls.
+type Source interface {
+	Drive(Machine)
+}
+
+// Machine is a leased Limiter's lease state machine. Its methods read the
+// Limiter's Clock for the time; none of them blocks.
+type Machine interface {
+	// Reserve is the Limiter's Reserve (ahead false) or ReserveAt (ahead
+	// true) without waiting: the reservation (a spender.Reservation) and
+	// the time to send, or an error, or, when the allocator must be asked
+	// first, a Wait to ask again with once the next call has been
+	// delivered or at the Wait's deadline. w is nil on the first ask.
+	Reserve(key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool, w Wait) (r any, at time.Time, next Wait, err error)
+	// NextCall returns the call to send now, or nil. Only one call is
+	// outstanding at a time: after a failed attempt NextCall returns the
+	// same call again once its backoff has passed.
+	NextCall() Call
+	// Deliver hands the machine the answer to c's attempt (resp is the
+	// *AcquireResponse or *ReserveAheadResponse), or its failure (err).
+	Deliver(c Call, resp any, err error)
+	// Tick runs the machine's maintenance if it is due.
+	Tick()
+	// NextWake is when the machine next needs NextCall or Tick: the end of
+	// a batching window, a resend, or maintenance.
+	NextWake() time.Time
+}
+
+// Wait is a Reserve waiting for the allocator.
+type Wait interface {
+	// Deadline is when the wait ends and the fallback policy decides.
+	Deadline() time.Time
+}
+
+// Call is one allocator call.
+type Call interface {
+	// Request is the body: an *AcquireRequest or *ReserveAheadRequest.
+	Request() any
+	// Method is the RPC's name: "Acquire" or "ReserveAhead".
+	Method() string
+}

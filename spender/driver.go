@@ -1,0 +1,237 @@
+package spender
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect/v2"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/bucket"
+	"github.com/rationhq/ration/internal/leasedrive"
+)
+
+// driver moves a leased Limiter's lease state machine: one goroutine sends
+// the calls the machine asks for over the LeaseSource and sleeps, on the
+// Limiter's Clock, until the machine next needs to run; a Reserve that has
+// to wait for the allocator blocks here, on the machine's waiter. A
+// LeaseSource that drives the machine itself (the simulator) gets no
+// goroutine.
+type driver struct {
+	l     *Limiter
+	lz    *leaser
+	src   LeaseSource
+	clock ration.Clock
+
+	poke      chan struct{} // capacity 1: the machine has something new
+	stop      chan struct{} // closed by close
+	done      chan struct{} // closed when the goroutine returns
+	closeOnce sync.Once
+}
+
+func startDriver(l *Limiter, src LeaseSource) *driver {
+	d := &driver{l: l, lz: l.lz, src: src, clock: l.clock,
+		poke: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	if ds, ok := src.(leasedrive.Source); ok {
+		close(d.done)
+		ds.Drive(handle{d})
+		return d
+	}
+	d.lz.notify = d.wake
+	go d.run()
+	return d
+}
+
+func (d *driver) wake() {
+	select {
+	case d.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (d *driver) run() {
+	defer close(d.done)
+	for {
+		now := d.l.now()
+		d.lz.tick(now)
+		if c := d.lz.nextCall(now); c != nil {
+			d.send(c)
+			continue
+		}
+		t := d.clock.AfterFunc(d.lz.nextWake(now).Sub(now), d.wake)
+		select {
+		case <-d.stop:
+			t.Stop()
+			return
+		case <-d.poke:
+		}
+		t.Stop()
+	}
+}
+
+// send makes one attempt of c and hands the machine its outcome.
+func (d *driver) send(c *leaseCall) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t := d.clock.AfterFunc(d.lz.attemptTimeout(), cancel)
+	start := d.l.now()
+	var resp any
+	var err error
+	if c.ahead != nil {
+		resp, err = d.src.ReserveAhead(ctx, c.ahead)
+	} else {
+		resp, err = d.src.Acquire(ctx, c.acquire)
+	}
+	t.Stop()
+	cancel()
+	now := d.l.now()
+	d.lz.cfg.metrics.call(c.method(), err, now.Sub(start))
+	d.lz.deliver(now, c, resp, err)
+}
+
+// reserve is Reserve and ReserveAt on a leased Limiter: the machine
+// decides; when it must ask the allocator first, the caller waits for the
+// answer (or the slow-path deadline, on the Clock) and asks again.
+func (d *driver) reserve(ctx context.Context, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
+	var deadline chan struct{}
+	var w *waiter
+	for {
+		r, at, next, err := d.l.reserveLeased(d.l.now(), key, lim, c, maxWait, ahead, w)
+		if next == nil {
+			return r, at, err
+		}
+		if w == nil {
+			deadline = make(chan struct{})
+			t := d.clock.AfterFunc(next.deadline.Sub(d.l.now()), func() { close(deadline) })
+			defer t.Stop()
+		}
+		w = next
+		select {
+		case <-w.ready:
+		case <-deadline:
+		case <-ctx.Done():
+			return nil, time.Time{}, ctx.Err()
+		case <-d.stop:
+			return nil, time.Time{}, ErrClosed
+		}
+	}
+}
+
+// flush sends everything waiting to be reported and waits for the answer.
+func (d *driver) flush(ctx context.Context) error {
+	ch, err := d.lz.flush(d.l.now())
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.stop:
+		return ErrClosed
+	}
+}
+
+// close stops the goroutine and gives back every unspent lease: one
+// Release, retried with backoff until ctx ends or the allocator refuses it
+// for good (the holdings then expire on their own).
+func (d *driver) close(ctx context.Context) error {
+	first := false
+	d.closeOnce.Do(func() {
+		first = true
+		close(d.stop)
+	})
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !first {
+		return nil
+	}
+	req := d.lz.release(d.l.now())
+	backoff := 10 * time.Millisecond
+	for {
+		cctx, cancel := context.WithCancel(ctx)
+		t := d.clock.AfterFunc(d.lz.cfg.callTimeout, cancel)
+		start := d.l.now()
+		_, err := d.src.Release(cctx, req)
+		t.Stop()
+		cancel()
+		d.lz.cfg.metrics.call("Release", err, d.l.now().Sub(start))
+		switch connect.CodeOf(err) {
+		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeUnauthenticated, connect.CodePermissionDenied:
+			return fmt.Errorf("spender: releasing leases: %w", err)
+		}
+		if err == nil {
+			return nil
+		}
+		retry := make(chan struct{})
+		t = d.clock.AfterFunc(backoff, func() { close(retry) })
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("spender: releasing leases: %w (last error: %w)", ctx.Err(), err)
+		case <-retry:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// handle is the machine as a leasedrive.Machine, for a LeaseSource that
+// drives it itself. It reads the Limiter's Clock for the time.
+type handle struct{ d *driver }
+
+func (h handle) now() bucket.Instant { return h.d.l.now() }
+
+func (h handle) Reserve(key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool, w leasedrive.Wait) (any, time.Time, leasedrive.Wait, error) {
+	var prev *waiter
+	if w != nil {
+		prev = w.(waitHandle).w
+	}
+	r, at, next, err := h.d.l.reserveLeased(h.now(), key, lim, c, maxWait, ahead, prev)
+	if next != nil {
+		return nil, time.Time{}, waitHandle{next, h.d.l.timeOf(next.deadline)}, nil
+	}
+	return r, at, nil, err
+}
+
+func (h handle) NextCall() leasedrive.Call {
+	if c := h.d.lz.nextCall(h.now()); c != nil {
+		return c
+	}
+	return nil
+}
+
+func (h handle) Deliver(c leasedrive.Call, resp any, err error) {
+	h.d.lz.deliver(h.now(), c.(*leaseCall), resp, err)
+}
+
+func (h handle) Tick() { h.d.lz.tick(h.now()) }
+
+func (h handle) NextWake() time.Time {
+	return h.d.l.timeOf(h.d.lz.nextWake(h.now()))
+}
+
+// waitHandle is a waiter as a leasedrive.Wait.
+type waitHandle struct {
+	w  *waiter
+	at time.Time
+}
+
+func (w waitHandle) Deadline() time.Time { return w.at }
+
+// Request is the call's body: an *AcquireRequest or a *ReserveAheadRequest.
+func (c *leaseCall) Request() any {
+	if c.ahead != nil {
+		return c.ahead
+	}
+	return c.acquire
+}
+
+// Method is the call's RPC name.
+func (c *leaseCall) Method() string { return c.method() }
+
+var _ leasedrive.Call = (*leaseCall)(nil)

@@ -1,0 +1,623 @@
+package spender
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect/v2"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/bucket"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+)
+
+// leaser is a leased Limiter's lease state machine: it decides which call
+// to send to the allocator and when, applies answers and failures, and
+// keeps every key's lease (in the keys' leaseStates, under their shard
+// locks). It reads no clock, starts no goroutine and does no I/O: every
+// input carries the time, and its outputs are the call to send (nextCall),
+// the time it next needs to run (nextWake), and the admissions it makes
+// through reserveLeased. A driver moves it: the Limiter's own goroutine
+// (driver.go) on the Limiter's Clock, or the simulator on virtual time.
+//
+// Calls are made one at a time, each with (spender id, epoch, sequence);
+// a failed call is sent again with the same sequence and body until it is
+// answered, so the allocator applies it exactly once.
+//
+// Reserve paths may run concurrently with each other and with the driver;
+// nextCall, deliver and tick are called by one driver at a time.
+type leaser struct {
+	l   *Limiter
+	cfg leaseConfig
+	log *slog.Logger
+	id  string
+
+	mu       sync.Mutex // guards the fields below; taken after a shard lock, never before
+	epoch    uint64
+	seq      uint64
+	queue    []*keyState // keys for the next Acquire
+	queuedAt bucket.Instant
+	urgent   bool // a Reserve waits on a queued key: skip the batching window
+	aheads   []*aheadJob
+	call     *leaseCall     // the call being sent; nil when none
+	nextTick bucket.Instant // when maintenance runs next
+	flushes  []chan struct{}
+	closing  bool
+	rng      *rand.Rand
+	notify   func() // the driver's wake-up, called when something is queued; nil for none
+
+	fallback  atomic.Bool  // the allocator counts as unreachable
+	rtt       atomic.Int64 // smoothed call latency, nanoseconds
+	maxActive atomic.Uint32
+}
+
+// aheadJob is a ReserveAt waiting for the allocator's reserve-ahead.
+type aheadJob struct {
+	st        *keyState
+	lim       ration.Limits
+	cost      ration.Amount
+	maxWait   time.Duration
+	done      chan struct{} // closed when the result is set
+	res       *leasev1.KeyReservation
+	recv      bucket.Instant
+	err       error // the call failed: the waiter follows the fallback policy
+	abandoned bool  // the waiter gave up; a late reservation is given back
+}
+
+// leaseCall is one allocator call: an Acquire for keys, or a ReserveAhead
+// for jobs.
+type leaseCall struct {
+	acquire *leasev1.AcquireRequest
+	keys    []*keyState
+	waits   []chan struct{} // per key: closed when the call ends
+
+	ahead *leasev1.ReserveAheadRequest
+	jobs  []*aheadJob
+
+	sent     bucket.Instant // first send: leases are counted from here
+	attempt  bucket.Instant // this attempt's send
+	inFlight bool           // handed to the driver, not yet delivered
+	resendAt bucket.Instant
+	backoff  time.Duration
+	fails    int  // failed attempts
+	stale    int  // epochs refused
+	given    bool // the waiters were let go (fallback) at a failure
+}
+
+// Method names the call's RPC.
+func (c *leaseCall) method() string {
+	if c.ahead != nil {
+		return "ReserveAhead"
+	}
+	return "Acquire"
+}
+
+func newLeaser(l *Limiter, cfg leaseConfig, now bucket.Instant) *leaser {
+	lz := &leaser{l: l, cfg: cfg, log: cfg.logger, id: cfg.spenderID, epoch: cfg.epoch, nextTick: now.Add(cfg.tick)}
+	if lz.log == nil {
+		lz.log = slog.New(slog.DiscardHandler)
+	}
+	if lz.id == "" {
+		host, _ := os.Hostname()
+		lz.id = fmt.Sprintf("%s/%d/%08x", host, os.Getpid(), rand.Uint32())
+		if len(lz.id) > ration.MaxSpenderIDLen {
+			lz.id = lz.id[len(lz.id)-ration.MaxSpenderIDLen:]
+		}
+	}
+	if lz.epoch == 0 {
+		lz.epoch = uint64(l.timeOf(now).UnixNano())
+	}
+	lz.rng = rand.New(rand.NewPCG(lz.epoch, uint64(len(lz.id))))
+	lz.rtt.Store(int64(time.Millisecond))
+	return lz
+}
+
+// enqueueLocked puts st in the next Acquire (the caller holds st's shard
+// lock). An urgent key skips the batching window.
+func (lz *leaser) enqueueLocked(st *keyState, urgent bool, now bucket.Instant) {
+	ls := st.ls
+	lz.mu.Lock()
+	if !ls.queued {
+		ls.queued = true
+		if len(lz.queue) == 0 {
+			lz.queuedAt = now
+		}
+		lz.queue = append(lz.queue, st)
+	}
+	lz.urgent = lz.urgent || urgent
+	lz.mu.Unlock()
+	lz.wake()
+}
+
+func (lz *leaser) wake() {
+	if lz.notify != nil {
+		lz.notify()
+	}
+}
+
+// attemptTimeout bounds one attempt of a call: ten round trips as measured
+// so far, at least 25ms, at most the configured call timeout. A lost
+// message is then retried well within the slow-path deadline.
+func (lz *leaser) attemptTimeout() time.Duration {
+	return min(lz.cfg.callTimeout, max(25*time.Millisecond, 10*time.Duration(lz.rtt.Load())))
+}
+
+// lead is how long before a lease runs out a refresh should start.
+func (lz *leaser) lead() time.Duration {
+	return 2*time.Duration(lz.rtt.Load()) + lz.cfg.window + 5*time.Millisecond
+}
+
+// nextCall returns the call to send at now, or nil. A call stays
+// outstanding until deliver ends it: after a failure, nextCall returns it
+// again (same body and sequence, or a new epoch) once its backoff has
+// passed.
+func (lz *leaser) nextCall(now bucket.Instant) *leaseCall {
+	lz.mu.Lock()
+	if c := lz.call; c != nil {
+		if c.inFlight || now < c.resendAt {
+			lz.mu.Unlock()
+			return nil
+		}
+		c.inFlight, c.attempt = true, now
+		lz.setCallerLocked(c)
+		lz.mu.Unlock()
+		return c
+	}
+	var keys []*keyState
+	var jobs []*aheadJob
+	switch {
+	case len(lz.queue) > 0 && (lz.urgent || now >= lz.queuedAt.Add(lz.cfg.window)):
+		n := min(len(lz.queue), ration.MaxBatch)
+		keys = lz.queue[:n:n]
+		lz.queue = lz.queue[n:]
+		lz.queuedAt = now
+		if len(lz.queue) == 0 {
+			lz.queue, lz.urgent = nil, false
+		}
+	case len(lz.aheads) > 0:
+		n := min(len(lz.aheads), ration.MaxBatch)
+		jobs = lz.aheads[:n:n]
+		lz.aheads = lz.aheads[n:]
+		if len(lz.aheads) == 0 {
+			lz.aheads = nil
+		}
+	default:
+		lz.mu.Unlock()
+		return nil
+	}
+	lz.mu.Unlock()
+
+	var c *leaseCall
+	if keys != nil {
+		c = lz.buildAcquire(keys, now) // takes shard locks: not under lz.mu
+	} else {
+		c = buildAhead(jobs)
+	}
+	c.sent, c.attempt, c.inFlight, c.backoff = now, now, true, 10*time.Millisecond
+	lz.mu.Lock()
+	lz.seq++
+	lz.call = c
+	lz.setCallerLocked(c)
+	lz.mu.Unlock()
+	return c
+}
+
+// setCallerLocked stamps c with the current (id, epoch, sequence).
+func (lz *leaser) setCallerLocked(c *leaseCall) {
+	caller := &leasev1.Caller{SpenderId: lz.id, Epoch: lz.epoch, Sequence: lz.seq}
+	if c.ahead != nil {
+		c.ahead.Caller = caller
+	} else {
+		c.acquire.Caller = caller
+	}
+}
+
+// buildAcquire takes keys' reports and needs into one call body. What goes
+// into the body (returns, debts) leaves the keys: it is delivered exactly
+// once, with the answer.
+func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall {
+	c := &leaseCall{acquire: &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))},
+		keys: keys, waits: make([]chan struct{}, len(keys))}
+	for i, st := range keys {
+		sh := st.sh
+		sh.mu.Lock()
+		ls := st.ls
+		ls.valid(now)
+		ls.updateRate(now)
+		held := ls.avail.Add(ls.outstanding).Positive()
+		c.acquire.Keys = append(c.acquire.Keys, &leasev1.KeyAcquire{
+			Key: st.key, Limits: toLimits(st.lim),
+			Want:      toAmount(ls.want(st.lim, lz.cfg.horizon)),
+			Need:      toAmount(ls.need(st.lim)),
+			SpendRate: toAmount(ration.Amount{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)}),
+			Returned:  toAmount(ls.ret),
+			Held:      toAmount(held),
+			Debt:      toAmount(ls.debt),
+		})
+		ls.ret, ls.debt, ls.waitMax, ls.waitSum = ration.Amount{}, ration.Amount{}, ration.Amount{}, ration.Amount{}
+		ls.queued, ls.inCall = false, true
+		c.waits[i] = ls.wait
+		ls.wait = nil
+		sh.mu.Unlock()
+	}
+	return c
+}
+
+func buildAhead(jobs []*aheadJob) *leaseCall {
+	req := &leasev1.ReserveAheadRequest{Keys: make([]*leasev1.KeyReserve, len(jobs))}
+	for i, j := range jobs {
+		req.Keys[i] = &leasev1.KeyReserve{Key: j.st.key, Limits: toLimits(j.lim), Cost: toAmount(j.lim.Limited(j.cost)),
+			MaxWaitUs: int64(j.maxWait / time.Microsecond)}
+	}
+	return &leaseCall{ahead: req, jobs: jobs}
+}
+
+// deliver applies the allocator's answer to c at now, or with a non-nil
+// err, the failure of its attempt: c is then sent again after a backoff
+// (with a new epoch if the allocator refused ours), or dropped if the
+// allocator rejected it as malformed. After three failed attempts, or once
+// c has been failing for longer than the slow-path deadline, the allocator
+// counts as unreachable: the keys' waiters are let go to the fallback
+// policy until a call is answered.
+func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error) {
+	if err == nil {
+		err = lz.checkAnswer(c, resp)
+	}
+	lz.mu.Lock()
+	c.inFlight = false
+	if err == nil {
+		lz.call = nil
+		lz.mu.Unlock()
+		lz.rtt.Store((lz.rtt.Load()*7 + int64(now.Sub(c.attempt))) / 8)
+		lz.setFallback(false, nil)
+		if c.ahead != nil {
+			lz.finishAhead(c, resp.(*leasev1.ReserveAheadResponse), now)
+		} else {
+			lz.finishAcquire(c, resp.(*leasev1.AcquireResponse), now)
+		}
+		lz.checkFlushes()
+		return
+	}
+	switch connect.CodeOf(err) {
+	case connect.CodeInvalidArgument:
+		lz.call = nil
+		lz.mu.Unlock()
+		lz.log.Error("spender: allocator rejected a call; not retrying", "method", c.method(), "err", err)
+		lz.giveUp(c, now)
+		lz.checkFlushes()
+		return
+	case connect.CodeFailedPrecondition:
+		// Our epoch or sequence is stale (another incarnation with our id,
+		// or the allocator lost our session's tail): start a new epoch and
+		// resend the same body. Holdings of the old one simply expire.
+		if c.stale++; c.stale > 3 {
+			lz.call = nil
+			lz.mu.Unlock()
+			lz.log.Error("spender: allocator keeps refusing our epoch; giving up the call", "method", c.method(), "err", err)
+			lz.giveUp(c, now)
+			lz.checkFlushes()
+			return
+		}
+		lz.epoch = max(lz.epoch+1, uint64(lz.l.timeOf(now).UnixNano()))
+		lz.seq = 1
+		c.resendAt = now
+		lz.mu.Unlock()
+		lz.log.Warn("spender: allocator refused our epoch or sequence; starting a new epoch", "method", c.method(), "epoch", lz.epoch, "err", err)
+		return
+	}
+	c.fails++
+	jitter := time.Duration(lz.rng.Int64N(int64(c.backoff)/2 + 1))
+	c.resendAt = now.Add(c.backoff/2 + jitter)
+	c.backoff = min(2*c.backoff, time.Second)
+	unreachable := c.fails >= 3 || now.Sub(c.sent) >= lz.cfg.slowDeadline
+	lz.mu.Unlock()
+	if unreachable {
+		lz.giveUp(c, now)
+		lz.setFallback(true, err)
+	}
+}
+
+// checkAnswer reports an answer that does not match its call.
+func (lz *leaser) checkAnswer(c *leaseCall, resp any) error {
+	asked, got := 0, -1
+	switch r := resp.(type) {
+	case *leasev1.AcquireResponse:
+		if c.acquire != nil {
+			asked, got = len(c.acquire.GetKeys()), len(r.GetKeys())
+		}
+	case *leasev1.ReserveAheadResponse:
+		if c.ahead != nil {
+			asked, got = len(c.ahead.GetKeys()), len(r.GetKeys())
+		}
+	}
+	if asked != got {
+		return fmt.Errorf("spender: the allocator answered %d keys for %d", got, asked)
+	}
+	return nil
+}
+
+// giveUp lets c's waiters go (once): Reserves waiting on its keys look
+// again and follow the fallback policy; ReserveAt callers are told the
+// allocator is unreachable. A later answer to an Acquire is still applied;
+// a later reservation ahead is given back.
+func (lz *leaser) giveUp(c *leaseCall, now bucket.Instant) {
+	if c.given {
+		return
+	}
+	c.given = true
+	for _, j := range c.jobs {
+		j.finish(nil, now, errUnreachable)
+	}
+	for i, st := range c.keys {
+		sh := st.sh
+		sh.mu.Lock()
+		if lz.call != c { // dropped: the keys are no longer in a call
+			st.ls.inCall = false
+		}
+		sh.mu.Unlock()
+		if w := c.waits[i]; w != nil {
+			close(w)
+			c.waits[i] = nil
+		}
+	}
+}
+
+// finishAcquire applies the answer to c and wakes its waiters.
+func (lz *leaser) finishAcquire(c *leaseCall, resp *leasev1.AcquireResponse, recv bucket.Instant) {
+	expiry := c.sent.Add(time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond)
+	for i, st := range c.keys {
+		sh := st.sh
+		sh.mu.Lock()
+		st.ls.inCall = false
+		lz.applyGrant(st, fromAmount(c.acquire.GetKeys()[i].GetNeed()), resp.GetKeys()[i], expiry, recv)
+		sh.mu.Unlock()
+		if w := c.waits[i]; w != nil {
+			close(w)
+			c.waits[i] = nil
+		}
+	}
+}
+
+// finishAhead hands each job its reservation; one whose waiter gave up is
+// given back on the key's next Acquire.
+func (lz *leaser) finishAhead(c *leaseCall, resp *leasev1.ReserveAheadResponse, recv bucket.Instant) {
+	for i, j := range c.jobs {
+		kr := resp.GetKeys()[i]
+		sh := j.st.sh
+		sh.mu.Lock()
+		orphan := j.abandoned || c.given
+		if orphan && kr.GetStatus() == leasev1.GrantStatus_GRANT_STATUS_OK {
+			j.st.ls.ret = j.st.ls.ret.Add(j.lim.Limited(j.cost))
+			lz.enqueueLocked(j.st, false, recv)
+		}
+		sh.mu.Unlock()
+		if !orphan {
+			j.finish(kr, recv, nil)
+		}
+	}
+}
+
+// finish records the job's result and wakes its waiter.
+func (j *aheadJob) finish(r *leasev1.KeyReservation, recv bucket.Instant, err error) {
+	sh := j.st.sh
+	sh.mu.Lock()
+	select {
+	case <-j.done:
+	default:
+		j.res, j.recv, j.err = r, recv, err
+		close(j.done)
+	}
+	sh.mu.Unlock()
+}
+
+// applyGrant applies one key's answer (the caller holds the shard lock).
+func (lz *leaser) applyGrant(st *keyState, need ration.Amount, g *leasev1.KeyGrant, expiry, recv bucket.Instant) {
+	ls := st.ls
+	ls.expiry = expiry
+	if recv >= expiry {
+		ls.avail = ration.Amount{} // the answer came too late to spend anything
+	}
+	ls.tooLarge = false
+	switch g.GetStatus() {
+	case leasev1.GrantStatus_GRANT_STATUS_OK:
+		if recv < expiry {
+			ls.avail = ls.avail.Add(st.lim.Limited(fromAmount(g.GetGranted())))
+		}
+		ls.notBefore = 0
+	case leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED:
+		ls.notBefore = recv.Add(wireDuration(g.GetRetryAfterUs()))
+		ls.shortDim = shortDim(st.lim, need, g.GetSnapshot())
+	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
+		ls.tooLarge = true
+	}
+	if g.GetHeld() != nil {
+		ls.trimTo(st.lim, fromAmount(g.GetHeld()))
+	}
+	ls.setSnapshot(g.GetSnapshot(), recv)
+	if a := g.GetActiveSpenders(); a > 0 {
+		ls.active = a
+		if a > lz.maxActive.Load() {
+			lz.maxActive.Store(a)
+		}
+	}
+	lz.cfg.metrics.returned(fromAmount(g.GetReturned()))
+	ls.setLowWater(lz.lead())
+}
+
+// wireDuration converts a wait in microseconds from the allocator to a
+// Duration: saturating rather than overflowing, and at least 1ms, so that a
+// malformed (negative or zero) wait cannot make the key ask again in a loop.
+func wireDuration(us int64) time.Duration {
+	if us <= 0 {
+		return time.Millisecond
+	}
+	if us > int64(bucket.InfDuration/time.Microsecond) {
+		return bucket.InfDuration
+	}
+	return max(time.Millisecond, time.Duration(us)*time.Microsecond)
+}
+
+// shortDim is the dimension whose global bucket falls short of need,
+// tokens when both or neither do.
+func shortDim(lim ration.Limits, need ration.Amount, sn *leasev1.Snapshot) Dimension {
+	if lim.RPM > 0 && need.Requests > sn.GetRequests().GetRemaining() &&
+		(lim.TPM == 0 || need.Tokens <= sn.GetTokens().GetRemaining()) {
+		return Requests
+	}
+	return Tokens
+}
+
+// setFallback records whether the allocator is reachable, logging and
+// counting each switch once.
+func (lz *leaser) setFallback(on bool, err error) {
+	if lz.fallback.Swap(on) == on {
+		return
+	}
+	lz.cfg.metrics.setFallback(on)
+	if on {
+		lz.log.Warn("spender: allocator unreachable; spending valid leases, then falling back", "policy", lz.cfg.policy.String(), "err", err)
+	} else {
+		lz.log.Info("spender: allocator reachable again; fallback admissions are reported as debt")
+	}
+}
+
+// tick runs maintenance at now if it is due: a lease about to expire is
+// renewed for a key in use and given back for an idle one; debts and
+// returns waiting on an idle key are queued.
+func (lz *leaser) tick(now bucket.Instant) {
+	lz.mu.Lock()
+	due := now >= lz.nextTick
+	if due {
+		lz.nextTick = now.Add(lz.cfg.tick)
+	}
+	lz.mu.Unlock()
+	if due {
+		lz.maintain(now, false)
+	}
+}
+
+// nextWake is when the machine next needs to run: maintenance, the end of
+// the batching window, or a call's resend. A driver that has nothing to
+// send sleeps until then (or until something is queued).
+func (lz *leaser) nextWake(now bucket.Instant) bucket.Instant {
+	lz.mu.Lock()
+	defer lz.mu.Unlock()
+	at := lz.nextTick
+	switch c := lz.call; {
+	case c != nil && !c.inFlight:
+		at = min(at, c.resendAt)
+	case c != nil:
+	case len(lz.queue) > 0 && lz.urgent, len(lz.aheads) > 0:
+		at = now
+	case len(lz.queue) > 0:
+		at = min(at, lz.queuedAt.Add(lz.cfg.window))
+	}
+	return at
+}
+
+// maintain scans every key. With force, every key with anything to report
+// is queued.
+func (lz *leaser) maintain(now bucket.Instant, force bool) {
+	soon := now.Add(2*lz.cfg.tick + lz.lead())
+	var held int
+	for i := range lz.l.shards {
+		sh := &lz.l.shards[i]
+		sh.mu.Lock()
+		held += len(sh.keys)
+		for _, st := range sh.keys {
+			ls := st.ls
+			if ls.queued {
+				continue
+			}
+			ls.valid(now)
+			send := force && (ls.debt != ration.Amount{} || ls.ret != ration.Amount{} || ls.avail != ration.Amount{})
+			if ls.avail != (ration.Amount{}) && ls.expiry <= soon {
+				if now.Sub(ls.lastUse) > lz.cfg.horizon {
+					ls.ret = ls.ret.Add(ls.avail) // idle: give it back before it is lost
+					ls.avail = ration.Amount{}
+				}
+				send = true
+			}
+			if ls.debt != (ration.Amount{}) || ls.ret != (ration.Amount{}) {
+				send = send || now.Sub(ls.lastUse) > lz.cfg.tick || lz.fallback.Load()
+			}
+			if send {
+				lz.enqueueLocked(st, force, now)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	lz.cfg.metrics.setKeysHeld(held)
+}
+
+// flush queues everything waiting to be reported and returns a channel
+// closed once it has all been sent and answered (or given up).
+func (lz *leaser) flush(now bucket.Instant) (<-chan struct{}, error) {
+	lz.maintain(now, true)
+	ch := make(chan struct{})
+	lz.mu.Lock()
+	if lz.closing {
+		lz.mu.Unlock()
+		return nil, ErrClosed
+	}
+	lz.flushes = append(lz.flushes, ch)
+	lz.urgent = true
+	lz.mu.Unlock()
+	lz.checkFlushes()
+	lz.wake()
+	return ch, nil
+}
+
+// checkFlushes releases Flush callers once nothing is queued or in a call.
+func (lz *leaser) checkFlushes() {
+	lz.mu.Lock()
+	defer lz.mu.Unlock()
+	if lz.call != nil || len(lz.queue) > 0 || len(lz.aheads) > 0 {
+		return
+	}
+	for _, f := range lz.flushes {
+		close(f)
+	}
+	lz.flushes = nil
+}
+
+// release stops the machine and returns the Release call that gives back
+// every key's unspent lease and reports its debt (nil if there is nothing
+// to give back), with the caller that sends it. It is called once.
+func (lz *leaser) release(now bucket.Instant) *leasev1.ReleaseRequest {
+	lz.mu.Lock()
+	lz.closing = true
+	flushes := lz.flushes
+	lz.flushes = nil
+	lz.mu.Unlock()
+	for _, f := range flushes {
+		close(f)
+	}
+	req := &leasev1.ReleaseRequest{}
+	for i := range lz.l.shards {
+		sh := &lz.l.shards[i]
+		sh.mu.Lock()
+		for _, st := range sh.keys {
+			ls := st.ls
+			ls.valid(now)
+			ret := ls.ret.Add(ls.avail)
+			if ret == (ration.Amount{}) && ls.debt == (ration.Amount{}) {
+				continue
+			}
+			req.Keys = append(req.Keys, &leasev1.KeyRelease{Key: st.key, Limits: toLimits(st.lim),
+				Returned: toAmount(ret), Debt: toAmount(ls.debt)})
+			ls.avail, ls.ret, ls.debt = ration.Amount{}, ration.Amount{}, ration.Amount{}
+		}
+		sh.mu.Unlock()
+	}
+	lz.mu.Lock()
+	lz.seq++
+	req.Caller = &leasev1.Caller{SpenderId: lz.id, Epoch: lz.epoch, Sequence: lz.seq}
+	lz.mu.Unlock()
+	return req
+}
