@@ -1,0 +1,549 @@
+package ledger
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/bucket"
+)
+
+// Config is the part of the allocator's configuration the state machine
+// follows. Every replica of a State must use the same Config.
+type Config struct {
+	TTL       time.Duration // lease time to live, 1 ms to 1 h
+	Strict    bool          // strict mode: level + holdings <= C (bound C + rho*t)
+	Policy    Policy        // lease sizing; nil: ShareByRate{}
+	Retention time.Duration // how long a session outlives its last call; raised to at least 2 TTL
+}
+
+// State is the ledger: every key's global buckets and holdings, and every
+// spender's exactly-once session. It changes only through Apply, and it is
+// not safe for concurrent use.
+type State struct {
+	cfg      Config
+	keys     map[string]*keyState // by API key
+	sessions map[string]*session  // by spender id
+
+	changed []change // the records changed by the command being applied
+}
+
+// change names a record changed by a command; ks or s is its state, nil
+// if the record was deleted.
+type change struct {
+	session bool
+	name    string
+	ks      *keyState
+	s       *session
+}
+
+// New returns an empty State.
+func New(cfg Config) (*State, error) {
+	if cfg.TTL < time.Millisecond || cfg.TTL > time.Hour {
+		return nil, fmt.Errorf("allocator: lease TTL %v outside [1ms, 1h]", cfg.TTL)
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = ShareByRate{}
+	}
+	cfg.Retention = max(cfg.Retention, 2*cfg.TTL)
+	return &State{cfg: cfg, keys: make(map[string]*keyState), sessions: make(map[string]*session)}, nil
+}
+
+// Config returns the state's configuration, with defaults applied.
+func (s *State) Config() Config { return s.cfg }
+
+// InstantOf returns t as the ledger's Instant: microseconds since the Unix
+// epoch, so that durable state survives restarts.
+func InstantOf(t time.Time) bucket.Instant { return bucket.InstantOf(time.Unix(0, 0), t) }
+
+// Command is an input to Apply: Acquire, ReserveAhead, Release or Sweep.
+// Each carries the instant it is applied at; time is an input, never read.
+type Command interface{ command() }
+
+// Acquire refreshes leases on a batch of keys (LeaseService.Acquire).
+type Acquire struct {
+	Now    bucket.Instant
+	Caller Caller
+	Keys   []AcquireKey
+}
+
+// ReserveAhead reserves costs for future send times (wait mode).
+type ReserveAhead struct {
+	Now    bucket.Instant
+	Caller Caller
+	Keys   []ReserveKey
+}
+
+// Release gives back what the caller's epoch holds and closes it.
+type Release struct {
+	Now    bucket.Instant
+	Caller Caller
+	Keys   []ReleaseKey
+}
+
+// Sweep drops what holds no information at Now: expired holdings, idle
+// keys whose buckets are full again, sessions idle beyond the retention.
+type Sweep struct {
+	Now bucket.Instant
+}
+
+// SweepReply counts what a Sweep dropped.
+type SweepReply struct {
+	Keys, Sessions int
+}
+
+func (Acquire) command()      {}
+func (ReserveAhead) command() {}
+func (Release) command()      {}
+func (Sweep) command()        {}
+
+// Apply applies cmd and returns its reply (*AcquireReply, *ReserveReply,
+// *ReleaseReply or *SweepReply) and the records it changed, in a
+// deterministic order. The same state and the same commands give the same
+// replies, records and state.
+//
+// Bad input is an error wrapping ErrInvalidArgument that names the field;
+// a stale or conflicting call is ErrStaleEpoch, ErrStaleSequence,
+// ErrSequenceReused or ErrEpochReleased. Then nothing changes. A retry of
+// a session's latest call returns its stored reply and changes no record.
+//
+// The reply is the state's: the caller must not modify it (a retry gets
+// the same reply). The records' values are the caller's.
+func (s *State) Apply(cmd Command) (reply any, changed []Record, err error) {
+	s.changed = s.changed[:0]
+	switch c := cmd.(type) {
+	case Acquire:
+		reply, err = s.acquire(c)
+	case ReserveAhead:
+		reply, err = s.reserve(c)
+	case Release:
+		reply, err = s.release(c)
+	case Sweep:
+		reply = s.sweep(c.Now)
+	default:
+		return nil, nil, fmt.Errorf("allocator: unknown command %T", cmd)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return reply, s.records(), nil
+}
+
+// records encodes the records changed by the command just applied.
+func (s *State) records() []Record {
+	if len(s.changed) == 0 {
+		return nil
+	}
+	out := make([]Record, len(s.changed))
+	var buf []byte
+	for i, c := range s.changed {
+		start := len(buf)
+		switch {
+		case c.ks != nil:
+			buf = appendKey(buf, c.ks)
+		case c.s != nil:
+			buf = appendSession(buf, c.s)
+		}
+		out[i] = Record{Session: c.session, Name: c.name}
+		if c.ks != nil || c.s != nil {
+			out[i].Value = buf[start:len(buf):len(buf)]
+		}
+	}
+	clear(s.changed)
+	return out
+}
+
+func (s *State) markKey(name string, ks *keyState) {
+	s.changed = append(s.changed, change{name: name, ks: ks})
+}
+
+func (s *State) markSession(id string, ss *session) {
+	s.changed = append(s.changed, change{session: true, name: id, s: ss})
+}
+
+// begin runs the exactly-once check. It returns the stored reply of a
+// retry (with its session), or the session to apply the call in.
+func (s *State) begin(c Caller, k callKind, d digest) (stored any, ss *session, err error) {
+	ss = s.sessions[c.SpenderID]
+	stored, err = ss.check(c, k, d)
+	if err != nil {
+		return nil, nil, fmt.Errorf("allocator: spender %q epoch %d sequence %d: %w", c.SpenderID, c.Epoch, c.Sequence, err)
+	}
+	if stored != nil {
+		return stored, ss, nil
+	}
+	if ss == nil {
+		ss = &session{id: strings.Clone(c.SpenderID)} // not the request's memory
+		s.sessions[ss.id] = ss
+	}
+	if c.Epoch > ss.epoch {
+		*ss = session{id: ss.id, epoch: c.Epoch}
+	}
+	return nil, ss, nil
+}
+
+// finish records the applied call in its session.
+func (s *State) finish(ss *session, c Caller, k callKind, d digest, reply any, now bucket.Instant) {
+	ss.seq, ss.kind, ss.digest, ss.reply, ss.seen = c.Sequence, k, d, reply, now
+	ss.noSnapshots = false
+	s.markSession(ss.id, ss)
+}
+
+func (s *State) acquire(c Acquire) (*AcquireReply, error) {
+	if err := validateAcquire(c.Caller, c.Keys); err != nil {
+		return nil, err
+	}
+	d := digestAcquire(c.Keys)
+	stored, ss, err := s.begin(c.Caller, kindAcquire, d)
+	if err != nil {
+		return nil, err
+	}
+	if stored != nil {
+		r := stored.(*AcquireReply)
+		if ss.noSnapshots {
+			for i := range r.Keys {
+				r.Keys[i].Snapshot = s.snapshotAt(c.Keys[i].Key, c.Keys[i].Limits, c.Now)
+			}
+			ss.noSnapshots = false
+		}
+		return r, nil
+	}
+	reply := &AcquireReply{Keys: make([]AcquireResult, len(c.Keys)), LeaseTTL: s.cfg.TTL}
+	for i := range c.Keys {
+		reply.Keys[i] = s.acquireKey(&c.Keys[i], ss.id, c.Caller, c.Now)
+	}
+	s.finish(ss, c.Caller, kindAcquire, d, reply, c.Now)
+	return reply, nil
+}
+
+func (s *State) reserve(c ReserveAhead) (*ReserveReply, error) {
+	if err := validateReserve(c.Caller, c.Keys); err != nil {
+		return nil, err
+	}
+	d := digestReserve(c.Keys)
+	stored, ss, err := s.begin(c.Caller, kindReserve, d)
+	if err != nil {
+		return nil, err
+	}
+	if stored != nil {
+		r := stored.(*ReserveReply)
+		if ss.noSnapshots {
+			for i := range r.Keys {
+				r.Keys[i].Snapshot = s.snapshotAt(c.Keys[i].Key, c.Keys[i].Limits, c.Now)
+			}
+			ss.noSnapshots = false
+		}
+		return r, nil
+	}
+	reply := &ReserveReply{Keys: make([]ReserveResult, len(c.Keys)), LeaseTTL: s.cfg.TTL}
+	for i := range c.Keys {
+		reply.Keys[i] = s.reserveKey(&c.Keys[i], ss.id, c.Caller, c.Now)
+	}
+	s.finish(ss, c.Caller, kindReserve, d, reply, c.Now)
+	return reply, nil
+}
+
+func (s *State) release(c Release) (*ReleaseReply, error) {
+	if err := validateRelease(c.Caller, c.Keys); err != nil {
+		return nil, err
+	}
+	d := digestRelease(c.Keys)
+	stored, ss, err := s.begin(c.Caller, kindRelease, d)
+	if err != nil {
+		return nil, err
+	}
+	if stored != nil {
+		return stored.(*ReleaseReply), nil
+	}
+	reply := &ReleaseReply{Returned: make([]ration.Amount, len(c.Keys))}
+	changed := make(map[string]bool)
+	for i := range c.Keys {
+		var ok bool
+		reply.Returned[i], ok = s.releaseKey(&c.Keys[i], c.Caller, c.Now)
+		changed[c.Keys[i].Key] = changed[c.Keys[i].Key] || ok
+	}
+	for name, ks := range s.keys {
+		if i := ks.find(c.Caller.SpenderID, c.Caller.Epoch); i >= 0 {
+			ks.holds = slices.Delete(ks.holds, i, i+1)
+			changed[name] = true
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(changed)) {
+		if changed[name] {
+			s.markKey(name, s.keys[name])
+		}
+	}
+	ss.released = true
+	s.finish(ss, c.Caller, kindRelease, d, reply, c.Now)
+	return reply, nil
+}
+
+// sweep drops expired holdings, idle keys and sessions past the retention.
+func (s *State) sweep(now bucket.Instant) *SweepReply {
+	var r SweepReply
+	var touched, dropped []string
+	for name, ks := range s.keys {
+		if ks.fresh {
+			continue // state lost at recovery, limits unknown: kept until its next call
+		}
+		expired := ks.anyExpired(now)
+		if expired {
+			ks.touch(now, s.cfg.TTL, s.cfg.Strict)
+		}
+		switch {
+		case ks.idle(now):
+			delete(s.keys, name)
+			dropped = append(dropped, name)
+		case expired:
+			touched = append(touched, name)
+		}
+	}
+	horizon := now.Add(-s.cfg.Retention)
+	var gone []string
+	for id, ss := range s.sessions {
+		if ss.seen < horizon {
+			delete(s.sessions, id)
+			gone = append(gone, id)
+		}
+	}
+	for _, name := range slices.Sorted(slices.Values(append(touched, dropped...))) {
+		s.markKey(name, s.keys[name])
+	}
+	slices.Sort(gone)
+	for _, id := range gone {
+		s.markSession(id, nil)
+	}
+	r.Keys, r.Sessions = len(dropped), len(gone)
+	return &r
+}
+
+// keyFor returns name's state following lim, creating it (full, or empty
+// if its state was lost) as needed, and marks it changed; nil if lim
+// leaves the key unlimited (its state, if any, is dropped).
+func (s *State) keyFor(name string, lim ration.Limits, now bucket.Instant) *keyState {
+	ks := s.keys[name]
+	if lim.Unlimited() {
+		if ks != nil {
+			delete(s.keys, name)
+			s.markKey(name, nil)
+		}
+		return nil
+	}
+	if ks == nil {
+		name = strings.Clone(name) // not the request's memory
+		ks = &keyState{fresh: true}
+		s.keys[name] = ks
+	}
+	ks.setLimits(lim, now)
+	s.markKey(name, ks)
+	return ks
+}
+
+// snapshotAt is the snapshot of key name at now, for a stored reply that
+// was decoded without its snapshots: the key's buckets as they would be
+// after refilling to now, without changing them (the level cap is not
+// applied, so Remaining may read a little high while spenders hold
+// leases); a key the state no longer tracks is full, one whose state was
+// lost is empty from the instant it was lost. lim are the limits the retry
+// sends, used when the key has none.
+//
+// The snapshot is informational (x-ratelimit-* headers): the grants,
+// returns and holdings of the stored reply are what exactly-once is about,
+// and they are stored in full.
+func (s *State) snapshotAt(name string, lim ration.Limits, now bucket.Instant) Snapshot {
+	var k keyState
+	if ks := s.keys[name]; ks != nil && !ks.fresh {
+		k.req, k.tok = ks.req, ks.tok // copies: Bucket is a value
+	} else {
+		if lim.Unlimited() {
+			return Snapshot{}
+		}
+		k.fresh = true
+		if ks != nil {
+			k.emptyFrom = ks.emptyFrom
+		}
+		k.setLimits(lim, now)
+	}
+	k.advance(now)
+	return k.snapshot()
+}
+
+// acquireKey applies one key of an Acquire call for spender (the
+// session's copy of the caller's id).
+func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.Instant) AcquireResult {
+	ks := s.keyFor(k.Key, k.Limits, now)
+	if ks == nil {
+		return AcquireResult{Status: StatusOK, Granted: k.Want}
+	}
+	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
+	h := &ks.holds[ks.holdingFor(spender, c.Epoch, now)]
+	if h.lastSeq >= c.Sequence {
+		// Applied before a lost session record: change nothing more.
+		return AcquireResult{Status: StatusOK, Held: h.held, Snapshot: ks.snapshot(), ActiveSpenders: len(ks.holds)}
+	}
+	var out AcquireResult
+	out.Returned.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
+	out.Returned.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
+	h.held = h.held.Min(k.Held)
+	charge(&ks.req, k.Debt.Requests)
+	charge(&ks.tok, k.Debt.Tokens)
+	h.rate, h.lastSeq = k.SpendRate, c.Sequence
+	h.expiry = max(h.expiry, now.Add(s.cfg.TTL))
+
+	switch {
+	case !fits(&ks.req, k.Need.Requests) || !fits(&ks.tok, k.Need.Tokens):
+		out.Status = StatusTooLarge
+	default:
+		w := max(wait(&ks.req, k.Need.Requests), wait(&ks.tok, k.Need.Tokens))
+		if w > 0 {
+			out.Status, out.RetryAfter = StatusNotCovered, w
+			break
+		}
+		out.Status = StatusOK
+		active, rates := len(ks.holds), ks.rateSum()
+		out.Granted.Requests = s.grant(&ks.req, &h.held.Requests, k.Want.Requests, k.Need.Requests, k.SpendRate.Requests, rates.Requests, active)
+		out.Granted.Tokens = s.grant(&ks.tok, &h.held.Tokens, k.Want.Tokens, k.Need.Tokens, k.SpendRate.Tokens, rates.Tokens, active)
+	}
+	out.Held = h.held
+	out.Snapshot = ks.snapshot()
+	out.ActiveSpenders = len(ks.holds)
+	return out
+}
+
+func fits(d *dim, n int64) bool { return !d.on || d.b.Fits(n) }
+
+func wait(d *dim, n int64) time.Duration {
+	if !d.on {
+		return 0
+	}
+	return d.b.Wait(n)
+}
+
+// grant sizes and takes one dimension's grant; need is covered.
+func (s *State) grant(d *dim, held *int64, want, need, rate, rateSum int64, active int) int64 {
+	if !d.on {
+		return want
+	}
+	avail := d.b.Tokens()
+	lim := d.b.Limit()
+	g := s.cfg.Policy.Grant(Demand{
+		Want: want, Need: need, Rate: rate, Held: *held, Available: avail,
+		Capacity: lim.Capacity, Refill: lim.Refill, TTL: s.cfg.TTL, Active: active, RateSum: rateSum,
+	})
+	g = min(max(g, need), max(want, need), avail)
+	if g <= 0 {
+		return 0
+	}
+	d.b.Take(g)
+	*held += g
+	return g
+}
+
+func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.Instant) ReserveResult {
+	ks := s.keyFor(k.Key, k.Limits, now)
+	if ks == nil {
+		return ReserveResult{Status: StatusOK}
+	}
+	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
+	h := &ks.holds[ks.holdingFor(spender, c.Epoch, now)]
+	var out ReserveResult
+	switch {
+	case h.lastSeq >= c.Sequence:
+		// Applied before a lost session record: the spender must not
+		// count on a reservation it cannot prove.
+		out.Status = StatusTooLate
+	case !fits(&ks.req, k.Cost.Requests) || !fits(&ks.tok, k.Cost.Tokens):
+		out.Status = StatusTooLarge
+	default:
+		w := max(wait(&ks.req, k.Cost.Requests), wait(&ks.tok, k.Cost.Tokens))
+		if w > 0 && s.cfg.Strict {
+			// A reservation that waits is paid by refill still to come, but
+			// the strict cap (level + holdings <= C) burns refill while the
+			// holdings fill it: if the holdings with this cost exceed C, the
+			// refill the wait counts on would be burned, and the reservation
+			// must also wait for holdings to expire (docs/bound.md). The
+			// default mode's cap leaves rho*TTL of room, which its bound
+			// already grants; the property test checks both.
+			w = max(w, ks.untilHoldingsFit(k.Cost, now, s.cfg.TTL, s.cfg.Strict))
+		}
+		out.Wait = w
+		if w > k.MaxWait {
+			out.Status = StatusTooLate
+			break
+		}
+		out.Status = StatusOK
+		if ks.req.on {
+			ks.req.b.Take(k.Cost.Requests)
+			h.held.Requests += k.Cost.Requests
+		}
+		if ks.tok.on {
+			ks.tok.b.Take(k.Cost.Tokens)
+			h.held.Tokens += k.Cost.Tokens
+		}
+		h.lastSeq = c.Sequence
+		h.expiry = max(h.expiry, now.Add(w+s.cfg.TTL))
+	}
+	if h.expiry <= now { // nothing reserved on a new holding: drop it
+		ks.expire(now)
+	} else {
+		out.Held = h.held
+	}
+	out.Snapshot = ks.snapshot()
+	out.ActiveSpenders = len(ks.holds)
+	return out
+}
+
+// releaseKey credits one listed key's return and charges its debt. It
+// reports what was credited and whether the key's state changed.
+func (s *State) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant) (ration.Amount, bool) {
+	ks := s.keys[k.Key]
+	if ks == nil {
+		if k.Debt == (ration.Amount{}) || k.Limits.Unlimited() {
+			return ration.Amount{}, false
+		}
+		ks = &keyState{fresh: true}
+		s.keys[strings.Clone(k.Key)] = ks
+	}
+	if !k.Limits.Unlimited() {
+		ks.setLimits(k.Limits, now)
+	}
+	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
+	var out ration.Amount
+	if i := ks.find(c.SpenderID, c.Epoch); i >= 0 {
+		h := &ks.holds[i]
+		out.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
+		out.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
+	}
+	charge(&ks.req, k.Debt.Requests)
+	charge(&ks.tok, k.Debt.Tokens)
+	return out, true
+}
+
+// Stats are counts for metrics.
+type Stats struct {
+	Keys     int // keys with state
+	Sessions int // spenders with an exactly-once record
+	Holdings int // (spender, epoch, key) leases not yet expired at the last touch
+	Spenders int // distinct spender incarnations among Holdings
+}
+
+// Stats returns current counts. It walks every key.
+func (s *State) Stats() Stats {
+	st := Stats{Keys: len(s.keys), Sessions: len(s.sessions)}
+	type inc struct {
+		id    string
+		epoch uint64
+	}
+	seen := make(map[inc]struct{})
+	for _, ks := range s.keys {
+		st.Holdings += len(ks.holds)
+		for _, h := range ks.holds {
+			seen[inc{h.spender, h.epoch}] = struct{}{}
+		}
+	}
+	st.Spenders = len(seen)
+	return st
+}
