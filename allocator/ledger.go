@@ -63,8 +63,12 @@ func (l *Ledger) apply(cmd func(now bucket.Instant) ledger.Command) (any, error)
 	}
 	c := cmd(l.now())
 	reply, changed, err := l.state.Apply(c)
+	var batch []byte
+	if l.st != nil && err == nil && !changed.Empty() {
+		batch = l.state.AppendRecords(nil, changed) // now: the next command changes them
+	}
 	if l.cfg.applied != nil {
-		l.cfg.applied(c, reply, changed, err)
+		l.cfg.applied(c, reply, batch, err)
 	}
 	if err != nil {
 		l.mu.Unlock()
@@ -72,7 +76,7 @@ func (l *Ledger) apply(cmd func(now bucket.Instant) ledger.Command) (any, error)
 	}
 	var pos uint64
 	if l.st != nil {
-		pos = l.st.append(changed) // under l.mu: the journal follows the order of application
+		pos = l.st.append(batch) // under l.mu: the journal follows the order of application
 	}
 	l.mu.Unlock()
 	if l.st != nil {
@@ -93,13 +97,23 @@ func (l *Ledger) apply(cmd func(now bucket.Instant) ledger.Command) (any, error)
 // ErrStaleEpoch, ErrStaleSequence, ErrSequenceReused, ErrEpochReleased,
 // ErrClosed, or ErrNotDurable (applied in memory, not yet committed).
 func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*AcquireReply, error) {
+	r, err := l.acquire(c, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := *r
+	out.Keys = slices.Clone(out.Keys)
+	return &out, nil
+}
+
+// acquire is Acquire returning the reply the ledger stores, which the
+// caller must not modify (the Service only reads it).
+func (l *Ledger) acquire(c Caller, keys []AcquireKey) (*AcquireReply, error) {
 	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.Acquire{Now: now, Caller: c, Keys: keys} })
 	if err != nil {
 		return nil, err
 	}
-	out := *r.(*AcquireReply)
-	out.Keys = slices.Clone(out.Keys)
-	return &out, nil
+	return r.(*AcquireReply), nil
 }
 
 // ReserveAhead applies one ReserveAhead call: per key, it reserves Cost for

@@ -24,9 +24,9 @@ type config struct {
 	retention      time.Duration
 	commitObserver func(time.Duration, error)
 	linger         time.Duration
-	hook           func(stage string) error                                                // tests: called inside every commit
-	noSync         bool                                                                    // tests: skip fsync
-	applied        func(cmd ledger.Command, reply any, changed []ledger.Record, err error) // tests: every command, under the mutex
+	hook           func(stage string) error                                       // tests: called inside every commit
+	noSync         bool                                                           // tests: skip fsync
+	applied        func(cmd ledger.Command, reply any, changed []byte, err error) // tests: every command, under the mutex
 }
 
 func defaultConfig() config {
@@ -90,8 +90,9 @@ func withHook(f func(stage string) error) Option {
 }
 
 // withApplied is for tests: f sees every command the ledger applies, with
-// its reply, the records it changed, or its error, in order of application (under the ledger's mutex).
-func withApplied(f func(cmd ledger.Command, reply any, changed []ledger.Record, err error)) Option {
+// its reply and the records it changed as a batch (a durable ledger's), or
+// its error, in order of application (under the ledger's mutex).
+func withApplied(f func(cmd ledger.Command, reply any, changed []byte, err error)) Option {
 	return optionFunc(func(c *config) { c.applied = f })
 }
 

@@ -117,10 +117,6 @@ type appliedCmd struct {
 	changed []byte // the records it changed, as a batch
 }
 
-func printResult(reply any, changed []ledger.Record, err error) (string, []byte) {
-	return fmt.Sprintf("%+v %v", reply, err), ledger.AppendRecords(nil, changed)
-}
-
 func (h *propHarness) now() bucket.Instant { return ledger.InstantOf(h.clk.Now()) }
 
 func (h *propHarness) open() {
@@ -131,9 +127,8 @@ func (h *propHarness) open() {
 			}
 			return nil
 		}),
-		withApplied(func(cmd ledger.Command, reply any, changed []ledger.Record, err error) {
-			r, c := printResult(reply, changed, err)
-			h.applied = append(h.applied, appliedCmd{cmd: cmd, reply: r, changed: c})
+		withApplied(func(cmd ledger.Command, reply any, changed []byte, err error) {
+			h.applied = append(h.applied, appliedCmd{cmd: cmd, reply: fmt.Sprintf("%+v %v", reply, err), changed: changed})
 		}))
 	if err != nil {
 		h.t.Fatal(err)
@@ -161,7 +156,13 @@ func (h *propHarness) close() {
 		h.t.Fatalf("restore the state at open: %v", err)
 	}
 	for i, a := range h.applied {
-		r, c := printResult(st.Apply(a.cmd))
+		reply, changed, err := st.Apply(a.cmd)
+		var batch []byte
+		if err == nil && !changed.Empty() {
+			batch = st.AppendRecords(nil, changed)
+		}
+		r := fmt.Sprintf("%+v %v", reply, err)
+		c := batch
 		if r != a.reply || !bytes.Equal(c, a.changed) {
 			h.t.Fatalf("replayed command %d %+v: reply %s, changed %x; the ledger gave %s, %x", i, a.cmd, r, c, a.reply, a.changed)
 		}

@@ -54,7 +54,7 @@ func NewService(l *Ledger, opts ...ServiceOption) *Service {
 func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	start := time.Now()
 	keys := acquireKeysOf(req)
-	r, err := s.l.Acquire(ctx, callerOf(req.GetCaller()), keys)
+	r, err := s.l.acquire(callerOf(req.GetCaller()), keys)
 	if err != nil {
 		return nil, s.fail("Acquire", start, err)
 	}

@@ -30,25 +30,28 @@ const (
 func AppendRecords(b []byte, recs []Record) []byte {
 	e := enc{b: b}
 	for _, r := range recs {
-		var op byte
 		switch {
 		case r.Session && r.Value == nil:
-			op = opSessionDelete
+			e.put(opSessionDelete, r.Name, nil)
 		case r.Session:
-			op = opSessionPut
+			e.put(opSessionPut, r.Name, r.Value)
 		case r.Value == nil:
-			op = opKeyDelete
+			e.put(opKeyDelete, r.Name, nil)
 		default:
-			op = opKeyPut
-		}
-		e.byte(op)
-		e.str(r.Name)
-		if r.Value != nil {
-			e.u(uint64(len(r.Value)))
-			e.b = append(e.b, r.Value...)
+			e.put(opKeyPut, r.Name, r.Value)
 		}
 	}
 	return e.b
+}
+
+// put appends one batch entry: op, name and, for a put, the value.
+func (e *enc) put(op byte, name string, value []byte) {
+	e.byte(op)
+	e.str(name)
+	if op == opKeyPut || op == opSessionPut {
+		e.u(uint64(len(value)))
+		e.b = append(e.b, value...)
+	}
 }
 
 // DecodeRecords calls f with each record of the batch b, in order. The

@@ -28,17 +28,18 @@ type State struct {
 	keys     map[string]*keyState // by API key
 	sessions map[string]*session  // by spender id
 
-	changed []change // the records changed by the command being applied
+	changed Changes // what the command being applied changed
 }
 
-// change names a record changed by a command; ks or s is its state, nil
-// if the record was deleted.
-type change struct {
-	session bool
-	name    string
-	ks      *keyState
-	s       *session
+// Changes names the records a command changed (or dropped), in a
+// deterministic order. State.Records encodes them.
+type Changes struct {
+	Keys     []string // API keys
+	Sessions []string // spender ids
 }
+
+// Empty reports whether nothing changed.
+func (c Changes) Empty() bool { return len(c.Keys) == 0 && len(c.Sessions) == 0 }
 
 // New returns an empty State.
 func New(cfg Config) (*State, error) {
@@ -101,19 +102,19 @@ func (Release) command()      {}
 func (Sweep) command()        {}
 
 // Apply applies cmd and returns its reply (*AcquireReply, *ReserveReply,
-// *ReleaseReply or *SweepReply) and the records it changed, in a
-// deterministic order. The same state and the same commands give the same
-// replies, records and state.
+// *ReleaseReply or *SweepReply) and the names of the records it changed.
+// The same state and the same commands give the same replies, changes and
+// state.
 //
 // Bad input is an error wrapping ErrInvalidArgument that names the field;
 // a stale or conflicting call is ErrStaleEpoch, ErrStaleSequence,
 // ErrSequenceReused or ErrEpochReleased. Then nothing changes. A retry of
-// a session's latest call returns its stored reply and changes no record.
+// a session's latest call returns its stored reply and changes nothing.
 //
 // The reply is the state's: the caller must not modify it (a retry gets
-// the same reply). The records' values are the caller's.
-func (s *State) Apply(cmd Command) (reply any, changed []Record, err error) {
-	s.changed = s.changed[:0]
+// the same reply).
+func (s *State) Apply(cmd Command) (reply any, changed Changes, err error) {
+	s.changed = Changes{}
 	switch c := cmd.(type) {
 	case Acquire:
 		reply, err = s.acquire(c)
@@ -124,45 +125,45 @@ func (s *State) Apply(cmd Command) (reply any, changed []Record, err error) {
 	case Sweep:
 		reply = s.sweep(c.Now)
 	default:
-		return nil, nil, fmt.Errorf("allocator: unknown command %T", cmd)
+		err = fmt.Errorf("allocator: unknown command %T", cmd)
 	}
+	changed, s.changed = s.changed, Changes{}
 	if err != nil {
-		return nil, nil, err
+		return nil, Changes{}, err
 	}
-	return reply, s.records(), nil
+	return reply, changed, nil
 }
 
-// records encodes the records changed by the command just applied.
-func (s *State) records() []Record {
-	if len(s.changed) == 0 {
-		return nil
-	}
-	out := make([]Record, len(s.changed))
-	var buf []byte
-	for i, c := range s.changed {
-		start := len(buf)
-		switch {
-		case c.ks != nil:
-			buf = appendKey(buf, c.ks)
-		case c.s != nil:
-			buf = appendSession(buf, c.s)
-		}
-		out[i] = Record{Session: c.session, Name: c.name}
-		if c.ks != nil || c.s != nil {
-			out[i].Value = buf[start:len(buf):len(buf)]
+// AppendRecords appends to b, as a record batch (see the package function
+// AppendRecords), the current state of the records ch names; a key or
+// session that no longer exists is a deletion. Called right after the
+// Apply that returned ch (a store does, to persist what the command
+// changed), it gives the records as that command left them.
+func (s *State) AppendRecords(b []byte, ch Changes) []byte {
+	e := enc{b: slices.Grow(b, 64*len(ch.Keys)+128*len(ch.Sessions))} // records are a few dozen bytes
+	var rec []byte
+	for _, name := range ch.Keys {
+		if ks := s.keys[name]; ks != nil {
+			rec = appendKey(rec[:0], ks)
+			e.put(opKeyPut, name, rec)
+		} else {
+			e.put(opKeyDelete, name, nil)
 		}
 	}
-	clear(s.changed)
-	return out
+	for _, id := range ch.Sessions {
+		if ss := s.sessions[id]; ss != nil {
+			rec = appendSession(rec[:0], ss)
+			e.put(opSessionPut, id, rec)
+		} else {
+			e.put(opSessionDelete, id, nil)
+		}
+	}
+	return e.b
 }
 
-func (s *State) markKey(name string, ks *keyState) {
-	s.changed = append(s.changed, change{name: name, ks: ks})
-}
+func (s *State) markKey(name string) { s.changed.Keys = append(s.changed.Keys, name) }
 
-func (s *State) markSession(id string, ss *session) {
-	s.changed = append(s.changed, change{session: true, name: id, s: ss})
-}
+func (s *State) markSession(id string) { s.changed.Sessions = append(s.changed.Sessions, id) }
 
 // begin runs the exactly-once check. It returns the stored reply of a
 // retry (with its session), or the session to apply the call in.
@@ -189,7 +190,7 @@ func (s *State) begin(c Caller, k callKind, d digest) (stored any, ss *session, 
 func (s *State) finish(ss *session, c Caller, k callKind, d digest, reply any, now bucket.Instant) {
 	ss.seq, ss.kind, ss.digest, ss.reply, ss.seen = c.Sequence, k, d, reply, now
 	ss.noSnapshots = false
-	s.markSession(ss.id, ss)
+	s.markSession(ss.id)
 }
 
 func (s *State) acquire(c Acquire) (*AcquireReply, error) {
@@ -203,15 +204,13 @@ func (s *State) acquire(c Acquire) (*AcquireReply, error) {
 	}
 	if stored != nil {
 		r := stored.(*AcquireReply)
-		if ss.noSnapshots {
-			for i := range r.Keys {
-				r.Keys[i].Snapshot = s.snapshotAt(c.Keys[i].Key, c.Keys[i].Limits, c.Now)
-			}
-			ss.noSnapshots = false
-		}
+		s.fillSnapshots(ss, c.Now, len(r.Keys), func(i int) (string, ration.Limits, *Snapshot) {
+			return c.Keys[i].Key, c.Keys[i].Limits, &r.Keys[i].Snapshot
+		})
 		return r, nil
 	}
 	reply := &AcquireReply{Keys: make([]AcquireResult, len(c.Keys)), LeaseTTL: s.cfg.TTL}
+	s.changed.Keys = make([]string, 0, len(c.Keys))
 	for i := range c.Keys {
 		reply.Keys[i] = s.acquireKey(&c.Keys[i], ss.id, c.Caller, c.Now)
 	}
@@ -230,15 +229,13 @@ func (s *State) reserve(c ReserveAhead) (*ReserveReply, error) {
 	}
 	if stored != nil {
 		r := stored.(*ReserveReply)
-		if ss.noSnapshots {
-			for i := range r.Keys {
-				r.Keys[i].Snapshot = s.snapshotAt(c.Keys[i].Key, c.Keys[i].Limits, c.Now)
-			}
-			ss.noSnapshots = false
-		}
+		s.fillSnapshots(ss, c.Now, len(r.Keys), func(i int) (string, ration.Limits, *Snapshot) {
+			return c.Keys[i].Key, c.Keys[i].Limits, &r.Keys[i].Snapshot
+		})
 		return r, nil
 	}
 	reply := &ReserveReply{Keys: make([]ReserveResult, len(c.Keys)), LeaseTTL: s.cfg.TTL}
+	s.changed.Keys = make([]string, 0, len(c.Keys))
 	for i := range c.Keys {
 		reply.Keys[i] = s.reserveKey(&c.Keys[i], ss.id, c.Caller, c.Now)
 	}
@@ -273,7 +270,7 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(changed)) {
 		if changed[name] {
-			s.markKey(name, s.keys[name])
+			s.markKey(name)
 		}
 	}
 	ss.released = true
@@ -310,11 +307,11 @@ func (s *State) sweep(now bucket.Instant) *SweepReply {
 		}
 	}
 	for _, name := range slices.Sorted(slices.Values(append(touched, dropped...))) {
-		s.markKey(name, s.keys[name])
+		s.markKey(name)
 	}
 	slices.Sort(gone)
 	for _, id := range gone {
-		s.markSession(id, nil)
+		s.markSession(id)
 	}
 	r.Keys, r.Sessions = len(dropped), len(gone)
 	return &r
@@ -328,7 +325,7 @@ func (s *State) keyFor(name string, lim ration.Limits, now bucket.Instant) *keyS
 	if lim.Unlimited() {
 		if ks != nil {
 			delete(s.keys, name)
-			s.markKey(name, nil)
+			s.markKey(name)
 		}
 		return nil
 	}
@@ -338,8 +335,23 @@ func (s *State) keyFor(name string, lim ration.Limits, now bucket.Instant) *keyS
 		s.keys[name] = ks
 	}
 	ks.setLimits(lim, now)
-	s.markKey(name, ks)
+	s.markKey(name)
 	return ks
+}
+
+// fillSnapshots gives a stored reply of n keys that was decoded without
+// its snapshots (ss.noSnapshots) each key's snapshot at now; key(i) returns
+// key i's name and limits as the retry sends them and where its snapshot
+// goes.
+func (s *State) fillSnapshots(ss *session, now bucket.Instant, n int, key func(i int) (string, ration.Limits, *Snapshot)) {
+	if !ss.noSnapshots {
+		return
+	}
+	for i := range n {
+		name, lim, snap := key(i)
+		*snap = s.snapshotAt(name, lim, now)
+	}
+	ss.noSnapshots = false
 }
 
 // snapshotAt is the snapshot of key name at now, for a stored reply that

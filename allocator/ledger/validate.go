@@ -34,11 +34,15 @@ func validateAmount(i int, name string, a ration.Amount) error {
 }
 
 func validateLimits(i int, l ration.Limits) error {
+	err := l.Validate()
+	if err == nil {
+		return nil
+	}
 	var le *ration.LimitsError
-	if err := l.Validate(); errors.As(err, &le) {
+	if errors.As(err, &le) {
 		return inputErr(keyField(i, "limits")+"."+le.Field, "%s", le.Reason)
 	}
-	return nil
+	return err
 }
 
 // validateKeys checks what every call shares: the caller, the batch size,
