@@ -63,11 +63,11 @@ func (l *Ledger) apply(cmd func(now bucket.Instant) ledger.Command) (any, error)
 	}
 	c := cmd(l.now())
 	reply, changed, err := l.state.Apply(c)
-	var batch []byte
-	if l.st != nil && err == nil && !changed.Empty() {
-		batch = l.state.AppendRecords(nil, changed) // now: the next command changes them
-	}
 	if l.cfg.applied != nil {
+		var batch []byte
+		if err == nil && !changed.Empty() {
+			batch = l.state.AppendRecords(nil, changed)
+		}
 		l.cfg.applied(c, reply, batch, err)
 	}
 	if err != nil {
@@ -76,7 +76,9 @@ func (l *Ledger) apply(cmd func(now bucket.Instant) ledger.Command) (any, error)
 	}
 	var pos uint64
 	if l.st != nil {
-		pos = l.st.append(batch) // under l.mu: the journal follows the order of application
+		// Encoded now, under l.mu: the next command changes the records, and
+		// the journal must follow the order of application.
+		pos = l.st.append(!changed.Empty(), func(b []byte) []byte { return l.state.AppendRecords(b, changed) })
 	}
 	l.mu.Unlock()
 	if l.st != nil {

@@ -61,7 +61,7 @@ type store struct {
 
 	mu         sync.Mutex
 	cond       *sync.Cond // on mu: a commit finished
-	batches    [][]byte   // record batches appended and not yet taken by a commit
+	chunks     [][]byte   // journal chunks (record batches) appended and not yet taken by a commit
 	appended   uint64     // commands appended so far (with records)
 	durable    uint64     // commands durable so far
 	committing bool       // a commit is in flight
@@ -75,16 +75,21 @@ func newStore(db *bolt.DB, cfg config) *store {
 	return st
 }
 
-// append adds one command's changed records (a record batch) to the
-// journal's next entry and returns the position to wait for: that
-// command's, or, if it changed nothing (a retry), the last one appended.
-func (st *store) append(batch []byte) uint64 {
+// append adds one command's changed records to the journal's next entry:
+// encode appends them, as a record batch, to the buffer it is given. It
+// returns the position to wait for: that command's, or, if it changed
+// nothing (a retry), the last one appended.
+func (st *store) append(changed bool, encode func([]byte) []byte) uint64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if len(batch) == 0 {
+	if !changed {
 		return st.appended
 	}
-	st.batches = append(st.batches, batch)
+	if n := len(st.chunks); n == 0 || len(st.chunks[n-1]) >= journalChunk {
+		st.chunks = append(st.chunks, make([]byte, 0, 2*journalChunk))
+	}
+	last := &st.chunks[len(st.chunks)-1]
+	*last = encode(*last)
 	st.appended++
 	return st.appended
 }
@@ -123,17 +128,17 @@ func (st *store) wait(target uint64) error {
 	st.mu.Unlock()
 
 	start := time.Now()
-	var batches [][]byte
+	var chunks [][]byte
 	var end uint64
 	err := st.db.Update(func(tx *bolt.Tx) error {
 		if err := st.runHook("before"); err != nil {
 			return err
 		}
 		st.mu.Lock()
-		batches, end = st.batches, st.appended
-		st.batches = nil
+		chunks, end = st.chunks, st.appended
+		st.chunks = nil
 		st.mu.Unlock()
-		if err := st.put(tx, end, batches); err != nil {
+		if err := st.put(tx, end, chunks); err != nil {
 			return err
 		}
 		return st.runHook("after")
@@ -146,7 +151,7 @@ func (st *store) wait(target uint64) error {
 	if err == nil {
 		st.durable = max(st.durable, end)
 	} else {
-		st.batches = append(batches, st.batches...) // the next commit writes them
+		st.chunks = append(chunks, st.chunks...) // the next commit writes them
 	}
 	st.cond.Broadcast()
 	st.mu.Unlock()
@@ -210,25 +215,17 @@ func (st *store) lingerFor(max time.Duration, last int) {
 	}
 }
 
-// put writes batches to the journal in tx as one entry, in chunks of
-// about journalChunk bytes keyed (end, chunk number) big-endian, so that
-// entries replay in order.
-func (st *store) put(tx *bolt.Tx, end uint64, batches [][]byte) error {
+// put writes chunks to the journal in tx as one entry, keyed (end, chunk
+// number) big-endian so that entries replay in order.
+func (st *store) put(tx *bolt.Tx, end uint64, chunks [][]byte) error {
 	j := tx.Bucket(bucketJournal)
 	j.FillPercent = 1 // append-only: full pages
-	var chunk []byte
-	var n uint16
-	for i, b := range batches {
-		chunk = append(chunk, b...)
-		if len(chunk) < journalChunk && i < len(batches)-1 {
-			continue
-		}
-		key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(nil, end), n)
-		if err := j.Put(key, chunk); err != nil { // bbolt keeps chunk until the commit ends
+	for n, c := range chunks {
+		key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(nil, end), uint16(n))
+		if err := j.Put(key, c); err != nil { // bbolt keeps c until the commit ends
 			return err
 		}
-		st.journalBytes.Add(int64(len(chunk)))
-		chunk, n = nil, n+1
+		st.journalBytes.Add(int64(len(c)))
 	}
 	return nil
 }
