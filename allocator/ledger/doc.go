@@ -6,15 +6,16 @@
 // [Release] or [Sweep]) carries the instant it applies at; [State.Apply]
 // validates it (bad input is an [*InputError] naming the field, and
 // nothing changes), runs the exactly-once check, applies it and returns
-// the reply and the [Record]s it changed. The same state and the same
-// commands at the same instants give the same replies, records and state,
-// byte for byte. Nothing here reads a clock, takes a lock or touches a
+// the reply and the names of the records it changed ([Changes]);
+// [State.AppendRecords] encodes those records for a store. The same state
+// and the same commands at the same instants give the same replies,
+// records and state, byte for byte. Nothing here reads a clock, takes a lock or touches a
 // file: package allocator runs a State behind a mutex at the clock's now
 // and persists the changed records (its store); a replicated allocator
 // would apply the same commands on every replica.
 //
-// Records are the encoded state of one key or one session; [State.Load]
-// reads them back (a record that fails to decode is not vouched for: its
+// A [Record] is the encoded state of one key or one session; [State.Load]
+// reads one back (a record that fails to decode is not vouched for: its
 // key starts empty), and [State.Snapshot] and [Restore] write and read the
 // whole state as one batch of records.
 //

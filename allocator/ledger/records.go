@@ -7,8 +7,9 @@ import (
 )
 
 // Record is one stored record, encoded: a key's state or a spender's
-// exactly-once session. Apply returns the records a command changed; a
-// store writes them, and Load reads them back.
+// exactly-once session. A store writes the records a command changed
+// (State.AppendRecords) as a batch, DecodeRecords reads a batch, and
+// State.Load puts a record back into a state.
 type Record struct {
 	Session bool   // a spender's session (Name is its id); false: a key's state
 	Name    string // the key or the spender id

@@ -32,7 +32,7 @@ type State struct {
 }
 
 // Changes names the records a command changed (or dropped), in a
-// deterministic order. State.Records encodes them.
+// deterministic order. State.AppendRecords encodes them.
 type Changes struct {
 	Keys     []string // API keys
 	Sessions []string // spender ids
