@@ -20,7 +20,9 @@ type LimitsError struct {
 }
 
 // Error returns "ration: invalid limits: <field>: <reason>".
-func (e *LimitsError) Error() string { return fmt.Sprintf("%v: %s: %s", ErrInvalidLimits, e.Field, e.Reason) }
+func (e *LimitsError) Error() string {
+	return fmt.Sprintf("%v: %s: %s", ErrInvalidLimits, e.Field, e.Reason)
+}
 
 // Unwrap returns ErrInvalidLimits.
 func (e *LimitsError) Unwrap() error { return ErrInvalidLimits }

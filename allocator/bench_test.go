@@ -22,8 +22,7 @@ import (
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
 
-// Benchmarks (docs/results.md "## Allocator" records the numbers and the
-// commands). Limits are large so that every key is granted on every call:
+// Benchmarks (docs/performance.md has the numbers and the commands). Limits are large so that every key is granted on every call:
 // these measure the cost of a call, not the budget.
 
 var benchLimits = ration.Limits{RPM: 1_000_000_000, TPM: 1_000_000_000_000}
@@ -197,9 +196,7 @@ func serveLoopback(b *testing.B, h leasev1connect.LeaseServiceHandler) string {
 // loopbackCallers callers run concurrently, whatever GOMAXPROCS: enough
 // that both handlers are throughput-bound, so the comparison measures cost
 // per call rather than the fsync latency a durable reply must wait for
-// (with 32 callers, ~1-5 ms fsyncs on this VM cap any durable service at
-// 32 calls per fsync). 256 = the 128 × GOMAXPROCS of earlier rounds on 2
-// cores.
+// (with 32 callers, a durable service does at most 32 calls per fsync).
 const loopbackCallers = 256
 
 // benchLinger is the durable services' commit linger (cmd/allocator's
@@ -209,8 +206,7 @@ var benchLinger = flag.Duration("bench.linger", 8*time.Millisecond, "commit ling
 // loopbackExtraProcs is how many Ps the allocator runs with beyond the
 // -cpu value in BenchmarkLoopback. 0 (the default) is production:
 // cmd/allocator leaves GOMAXPROCS to the runtime, and echo runs at -cpu
-// too; 1 is the cores + 1 that cmd/allocator used to set (docs/results.md,
-// "## Allocator", rounds 3 and 5).
+// too; 1 gives the allocator a P beyond the cores, to cover fsync waits.
 var loopbackExtraProcs = flag.Int("loopback.extraprocs", 0, "Ps the allocator runs with beyond -cpu (0: as cmd/allocator)")
 
 // loopbackConns is the number of client connections the callers share.

@@ -1,7 +1,6 @@
 package allocator
 
 import (
-	"sync"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -38,37 +37,15 @@ func us(d time.Duration) int64 {
 	return int64(q)
 }
 
-// acquireKeysOf converts req's keys into a slice from pool (the ledger
-// keeps nothing of them once a call returns); release it with
-// putAcquireKeys when done.
-func acquireKeysOf(pool *sync.Pool, req *leasev1.AcquireRequest) *[]AcquireKey {
+func acquireKeysOf(req *leasev1.AcquireRequest) []AcquireKey {
 	in := req.GetKeys()
-	p, _ := pool.Get().(*[]AcquireKey)
-	if p == nil {
-		p = new([]AcquireKey)
-	}
-	if cap(*p) < len(in) {
-		*p = make([]AcquireKey, len(in))
-	}
-	*p = (*p)[:len(in)]
-	out := *p
+	out := make([]AcquireKey, len(in))
 	for i, k := range in {
-		// Field by field: a whole-struct store (it holds a string) is a
-		// typed copy that runs the GC's bulk write barrier while marking.
-		o := &out[i]
-		o.Key = k.GetKey()
-		o.Limits = limitsOf(k.GetLimits())
-		o.Want, o.Need, o.SpendRate = amountOf(k.GetWant()), amountOf(k.GetNeed()), amountOf(k.GetSpendRate())
-		o.Returned, o.Held, o.Debt = amountOf(k.GetReturned()), amountOf(k.GetHeld()), amountOf(k.GetDebt())
+		out[i] = AcquireKey{Key: k.GetKey(), Limits: limitsOf(k.GetLimits()),
+			Want: amountOf(k.GetWant()), Need: amountOf(k.GetNeed()), SpendRate: amountOf(k.GetSpendRate()),
+			Returned: amountOf(k.GetReturned()), Held: amountOf(k.GetHeld()), Debt: amountOf(k.GetDebt())}
 	}
-	return p
-}
-
-func putAcquireKeys(pool *sync.Pool, p *[]AcquireKey) {
-	for i := range *p {
-		(*p)[i].Key = "" // drop the request's strings; the rest is overwritten
-	}
-	pool.Put(p)
+	return out
 }
 
 func reserveKeysOf(req *leasev1.ReserveAheadRequest) []ReserveKey {
@@ -147,68 +124,22 @@ func statusOf(s Status) leasev1.GrantStatus {
 	return leasev1.GrantStatus_GRANT_STATUS_UNSPECIFIED
 }
 
-// grantMsgs is one key's reply messages, allocated together: a 64-key
-// reply is two allocations (the blocks and the pointer slice).
-type grantMsgs struct {
-	grant   leasev1.KeyGrant
-	amounts [3]leasev1.Amount
-	snap    leasev1.Snapshot
-	dims    [2]leasev1.DimSnapshot
-}
-
-// link points the block's messages at each other. A pooled block already
-// does, and then link stores nothing: a pointer stored into the heap passes
-// the GC's write barrier while a collection is marking, and a 64-key reply
-// has 448 of them.
-func (m *grantMsgs) link() {
-	g := &m.grant
-	if g.Granted == &m.amounts[0] && g.Returned == &m.amounts[1] && g.Held == &m.amounts[2] &&
-		g.Snapshot == &m.snap && m.snap.Requests == &m.dims[0] && m.snap.Tokens == &m.dims[1] {
-		return
-	}
-	g.Granted, g.Returned, g.Held = &m.amounts[0], &m.amounts[1], &m.amounts[2]
-	m.snap.Requests, m.snap.Tokens = &m.dims[0], &m.dims[1]
-	g.Snapshot = &m.snap
-}
-
-// acquireResponseOf returns r as a proto reply. With a holder (the call
-// came through Mount), the messages come from a pool and the holder returns
-// them once the reply is written; otherwise they are allocated.
-func acquireResponseOf(r *AcquireReply, hd *replyHolder) *leasev1.AcquireResponse {
+func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
 	n := len(r.Keys)
-	var b *acquireBuf
-	if hd != nil && n <= maxPooledKeys {
-		if b = getAcquireBuf(n); !hd.register(b) {
-			putAcquireBuf(b) // unused: the holder is closed or taken
-			b = nil
-		}
-	}
-	if b == nil {
-		b = &acquireBuf{blocks: make([]grantMsgs, n), ptrs: make([]*leasev1.KeyGrant, n)}
-	}
-	blocks, ptrs := b.blocks, b.ptrs
+	p := newProtoAlloc(3*n, n)
+	res := make([]leasev1.KeyGrant, n)
+	ptrs := make([]*leasev1.KeyGrant, n)
 	for i := range r.Keys {
 		x := &r.Keys[i]
-		m := &blocks[i]
-		g := &m.grant
-		// Every field of every message is set (a pooled block holds the
-		// previous reply's values).
+		g := &res[i]
 		g.Status = statusOf(x.Status)
-		m.amounts[0].Requests, m.amounts[0].Tokens = x.Granted.Requests, x.Granted.Tokens
-		m.amounts[1].Requests, m.amounts[1].Tokens = x.Returned.Requests, x.Returned.Tokens
-		m.amounts[2].Requests, m.amounts[2].Tokens = x.Held.Requests, x.Held.Tokens
+		g.Granted, g.Returned, g.Held = p.amount(x.Granted), p.amount(x.Returned), p.amount(x.Held)
 		g.RetryAfterUs = us(x.RetryAfter)
-		s := &x.Snapshot
-		m.dims[0].Limit, m.dims[0].Remaining, m.dims[0].ResetUs = s.Requests.Limit, s.Requests.Remaining, us(s.Requests.Reset)
-		m.dims[1].Limit, m.dims[1].Remaining, m.dims[1].ResetUs = s.Tokens.Limit, s.Tokens.Remaining, us(s.Tokens.Reset)
+		g.Snapshot = p.snapshot(x.Snapshot)
 		g.ActiveSpenders = uint32(x.ActiveSpenders)
-		m.link()
-		if ptrs[i] != g {
-			ptrs[i] = g
-		}
+		ptrs[i] = g
 	}
-	b.resp.Keys, b.resp.LeaseTtlUs = ptrs, us(r.LeaseTTL)
-	return &b.resp
+	return &leasev1.AcquireResponse{Keys: ptrs, LeaseTtlUs: us(r.LeaseTTL)}
 }
 
 func reserveResponseOf(r *ReserveReply) *leasev1.ReserveAheadResponse {

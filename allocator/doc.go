@@ -1,14 +1,19 @@
 // Package allocator is ration's central service: it owns every API key's
 // global RPM and TPM budget and hands it out to spenders in leases.
 //
-// The [Ledger] is the transport-neutral core: one global token bucket per
-// key and limited dimension (the shared bucket package, Instants in
-// microseconds since the Unix epoch), the holdings of every spender
-// incarnation per key with their expiries, and each spender's exactly-once
-// record. [Service] adapts it to the connect LeaseService (Connect, gRPC
-// and gRPC-Web) and is also the in-process entry point: it implements
-// leasev1connect.LeaseServiceHandler, whose method set is the same as the
-// generated client's, so a spender can be handed either.
+// The state lives in package ledger, a pure state machine: one global
+// token bucket per key and limited dimension (the shared bucket package,
+// Instants in microseconds since the Unix epoch), the holdings of every
+// spender incarnation per key with their expiries, and each spender's
+// exactly-once record, changed only by applying commands that carry their
+// instant. This package runs it: a [Ledger] is a ledger.State behind a
+// mutex, applying each call at the clock's now, and, when opened with
+// [Open], a bbolt store that persists the records each call changed
+// (journal, group commit, checkpoints, recovery) before the call is
+// answered. [Service] adapts a Ledger to the connect LeaseService
+// (Connect, gRPC and gRPC-Web) and is also the in-process entry point: it
+// implements leasev1connect.LeaseServiceHandler, whose method set is the
+// same as the generated client's, so a spender can be handed either.
 //
 // # Guarantees
 //

@@ -2,34 +2,25 @@ package allocator
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/rationhq/ration/allocator/ledger"
 )
 
 // Errors returned by the Ledger's calls, matched with errors.Is. The
-// connect service maps each to a code through one table (see codeOf in
-// service.go and docs/allocator.md "Errors").
+// connect service maps each to a code through one table (codeOf in
+// service.go, docs/allocator.md "Errors").
 var (
-	// ErrInvalidArgument is returned (wrapped in an *InputError that names
-	// the field) when a request is malformed: empty or over-long key or
-	// spender id, zero epoch or sequence, negative amount, a batch over
-	// MaxBatch, a key listed twice, limits out of range. Nothing changes.
-	ErrInvalidArgument = errors.New("invalid argument")
-
-	// ErrStaleSequence is returned when a call's sequence is below the
-	// latest applied for its (spender, epoch). Nothing changes.
-	ErrStaleSequence = errors.New("stale sequence")
-
-	// ErrSequenceReused is returned when a call repeats the latest applied
-	// sequence with a different body or method. Nothing changes.
-	ErrSequenceReused = errors.New("sequence reused with a different request")
-
-	// ErrStaleEpoch is returned when a call's epoch is below the latest
-	// seen for its spender. Nothing changes.
-	ErrStaleEpoch = errors.New("stale epoch")
-
-	// ErrEpochReleased is returned for a call in an epoch that Release has
-	// closed. Nothing changes.
-	ErrEpochReleased = errors.New("epoch released")
+	// ErrInvalidArgument: a malformed request, wrapped in an *InputError
+	// naming the field. Nothing changes.
+	ErrInvalidArgument = ledger.ErrInvalidArgument
+	// ErrStaleSequence: a sequence below the latest applied. Nothing changes.
+	ErrStaleSequence = ledger.ErrStaleSequence
+	// ErrSequenceReused: the latest sequence with another body or method.
+	ErrSequenceReused = ledger.ErrSequenceReused
+	// ErrStaleEpoch: an epoch below the spender's latest. Nothing changes.
+	ErrStaleEpoch = ledger.ErrStaleEpoch
+	// ErrEpochReleased: a call in an epoch Release has closed.
+	ErrEpochReleased = ledger.ErrEpochReleased
 
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("allocator: ledger closed")
@@ -39,23 +30,3 @@ var (
 	// call; a retry of the same call is answered only once they are durable.
 	ErrNotDurable = errors.New("allocator: store commit failed")
 )
-
-// InputError reports a malformed request. Field names the offending field
-// in the protocol's terms (for example "keys[3].want.tokens"); the message
-// never echoes an API key.
-type InputError struct {
-	Field  string // the offending field, protocol names, with indexes
-	Reason string // what is wrong with it
-}
-
-// Error returns "allocator: <field>: <reason>".
-func (e *InputError) Error() string {
-	return fmt.Sprintf("allocator: %s: %s", e.Field, e.Reason)
-}
-
-// Unwrap returns ErrInvalidArgument.
-func (e *InputError) Unwrap() error { return ErrInvalidArgument }
-
-func inputErr(field, format string, args ...any) error {
-	return &InputError{Field: field, Reason: fmt.Sprintf(format, args...)}
-}

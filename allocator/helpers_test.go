@@ -57,34 +57,12 @@ func caller(id string, epoch, seq uint64) Caller {
 	return Caller{SpenderID: id, Epoch: epoch, Sequence: seq}
 }
 
-// dump returns a deep copy of the ledger's state, for "nothing changed"
-// checks.
+// dump returns the ledger's whole state, encoded, for "nothing changed"
+// and "resumed exactly" checks.
 func dump(l *Ledger) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var e enc
-	for _, name := range sortedKeys(l.keys) {
-		e.str(name)
-		e.b = appendKey(e.b, l.keys[name])
-	}
-	for _, id := range sortedKeys(l.sessions) {
-		e.str(id)
-		e.b = appendSession(e.b, l.sessions[id])
-	}
-	return string(e.b)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j] < out[j-1]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
+	return string(l.state.Snapshot())
 }
 
 func wantErr(t *testing.T, err, target error) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/ledger"
 )
 
 // Option configures a Ledger.
@@ -23,8 +24,9 @@ type config struct {
 	retention      time.Duration
 	commitObserver func(time.Duration, error)
 	linger         time.Duration
-	hook           func(stage string) error // tests: called inside every commit
-	noSync         bool                     // tests: skip fsync
+	hook           func(stage string) error                                       // tests: called inside every commit
+	noSync         bool                                                           // tests: skip fsync
+	applied        func(cmd ledger.Command, reply any, changed []byte, err error) // tests: every command, under the mutex
 }
 
 func defaultConfig() config {
@@ -85,6 +87,13 @@ func WithCommitObserver(f func(time.Duration, error)) Option {
 // the commit, as a crash or an I/O error would.
 func withHook(f func(stage string) error) Option {
 	return optionFunc(func(c *config) { c.hook = f })
+}
+
+// withApplied is for tests: f sees every command the ledger applies, with
+// its reply and the records it changed as a batch (a durable ledger's), or
+// its error, in order of application (under the ledger's mutex).
+func withApplied(f func(cmd ledger.Command, reply any, changed []byte, err error)) Option {
+	return optionFunc(func(c *config) { c.applied = f })
 }
 
 // withNoSync is for tests only: bbolt skips fsync. Never in production.

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/bucket"
 	"pgregory.net/rapid"
 )
@@ -59,6 +61,14 @@ type heldView struct {
 	exp  bucket.Instant
 }
 
+// callKind is the method of a model spender's call.
+type callKind uint8
+
+const (
+	kindAcquire callKind = iota + 1
+	kindReserve
+)
+
 type lastCall struct {
 	kind     callKind
 	seq      uint64
@@ -94,9 +104,20 @@ type propHarness struct {
 	spenders []*modelSpender
 	adm      []admission
 	debt     [2]ration.Amount
+
+	// The ledger incarnation's command log, for the determinism check.
+	start   []byte // the state at open
+	applied []appliedCmd
 }
 
-func (h *propHarness) now() bucket.Instant { return bucket.InstantOf(unixEpoch, h.clk.Now()) }
+// appliedCmd is one command the ledger applied, with what it gave.
+type appliedCmd struct {
+	cmd     ledger.Command
+	reply   string // the reply or error, printed
+	changed []byte // the records it changed, as a batch
+}
+
+func (h *propHarness) now() bucket.Instant { return ledger.InstantOf(h.clk.Now()) }
 
 func (h *propHarness) open() {
 	l, err := Open(h.path, WithClock(h.clk), WithTTL(propTTL), WithStrict(h.strict), withNoSync(),
@@ -105,15 +126,49 @@ func (h *propHarness) open() {
 				return errors.New("injected crash")
 			}
 			return nil
+		}),
+		withApplied(func(cmd ledger.Command, reply any, changed []byte, err error) {
+			h.applied = append(h.applied, appliedCmd{cmd: cmd, reply: fmt.Sprintf("%+v %v", reply, err), changed: changed})
 		}))
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	h.l = l
+	h.start, h.applied = []byte(dump(l)), nil
 	for _, s := range h.spenders {
 		if s.last != nil {
 			s.last.restored = true
 		}
+	}
+}
+
+// close closes the ledger (a crash or a restart: memory is lost, the disk
+// has the last commit) after checking determinism: the incarnation's
+// command log, replayed with the same instants into a fresh state restored
+// from the state at open, gives the same replies, the same changed records
+// and the same final state, byte for byte.
+func (h *propHarness) close() {
+	final := dump(h.l)
+	cfg := h.l.state.Config()
+	h.l.Close()
+	st, err := ledger.Restore(cfg, h.start, 0)
+	if err != nil {
+		h.t.Fatalf("restore the state at open: %v", err)
+	}
+	for i, a := range h.applied {
+		reply, changed, err := st.Apply(a.cmd)
+		var batch []byte
+		if err == nil && !changed.Empty() {
+			batch = st.AppendRecords(nil, changed)
+		}
+		r := fmt.Sprintf("%+v %v", reply, err)
+		c := batch
+		if r != a.reply || !bytes.Equal(c, a.changed) {
+			h.t.Fatalf("replayed command %d %+v: reply %s, changed %x; the ledger gave %s, %x", i, a.cmd, r, c, a.reply, a.changed)
+		}
+	}
+	if string(st.Snapshot()) != final {
+		h.t.Fatalf("replaying %d commands gave another state than the ledger's", len(h.applied))
 	}
 }
 
@@ -296,7 +351,7 @@ func (h *propHarness) send(t *rapid.T, s *modelSpender) {
 			if !errors.Is(err, ErrNotDurable) {
 				t.Fatalf("injected commit failure: %v", err)
 			}
-			h.l.Close() // the crash: memory is lost, the disk has the last commit
+			h.close() // the crash: memory is lost, the disk has the last commit
 			h.open()
 			return
 		}
@@ -489,7 +544,7 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		h := &propHarness{t: t, path: tempDBRapid(t), clk: newFakeClock(), strict: rapid.Bool().Draw(t, "strict")}
 		h.open()
-		defer func() { h.l.Close() }()
+		defer func() { h.close() }()
 		for i := 0; i < 3; i++ {
 			h.spenders = append(h.spenders, &modelSpender{
 				id: fmt.Sprintf("s%d", i), liar: i == 2 && rapid.Bool().Draw(t, "liar"), epoch: 1,
@@ -531,7 +586,7 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 			"spender restart": func(t *rapid.T) { h.newEpoch(pick(t)) },
 			"allocator restart": func(t *rapid.T) {
 				before := dump(h.l)
-				h.l.Close()
+				h.close()
 				h.open()
 				if dump(h.l) != before {
 					t.Fatal("restart did not resume exactly")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect/v2"
@@ -22,15 +21,6 @@ type Service struct {
 	l   *Ledger
 	m   *Metrics
 	log *slog.Logger
-
-	keyPool   sync.Pool // of *[]AcquireKey: per-call conversion buffers
-	replyPool sync.Pool // of *AcquireReply: the ledger's replies, copied into proto
-}
-
-func (s *Service) putReply(r *AcquireReply) {
-	if cap(r.Keys) <= maxPooledKeys {
-		s.replyPool.Put(r)
-	}
 }
 
 var _ leasev1connect.LeaseServiceHandler = (*Service)(nil)
@@ -63,19 +53,14 @@ func NewService(l *Ledger, opts ...ServiceOption) *Service {
 // Acquire implements LeaseService.Acquire.
 func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	start := time.Now()
-	kp := acquireKeysOf(&s.keyPool, req)
-	defer putAcquireKeys(&s.keyPool, kp)
-	r, _ := s.replyPool.Get().(*AcquireReply)
-	if r == nil {
-		r = new(AcquireReply)
-	}
-	defer s.putReply(r)
-	if err := s.l.acquire(ctx, callerOf(req.GetCaller()), *kp, r); err != nil {
+	keys := acquireKeysOf(req)
+	r, err := s.l.acquire(callerOf(req.GetCaller()), keys)
+	if err != nil {
 		return nil, s.fail("Acquire", start, err)
 	}
-	s.m.acquired(*kp, r)
+	s.m.acquired(keys, r)
 	s.m.call("Acquire", start, nil)
-	return acquireResponseOf(r, holderOf(ctx)), nil
+	return acquireResponseOf(r), nil
 }
 
 // ReserveAhead implements LeaseService.ReserveAhead.

@@ -16,7 +16,7 @@ func TestErrorTable(t *testing.T) {
 		code connect.Code
 		msg  string
 	}{
-		{inputErr("keys[3].want.tokens", "-1 outside [0, 9]"), connect.CodeInvalidArgument, "allocator: keys[3].want.tokens: -1 outside [0, 9]"},
+		{&InputError{Field: "keys[3].want.tokens", Reason: "-1 outside [0, 9]"}, connect.CodeInvalidArgument, "allocator: keys[3].want.tokens: -1 outside [0, 9]"},
 		{fmt.Errorf("x: %w", ErrStaleSequence), connect.CodeFailedPrecondition, "x: stale sequence"},
 		{fmt.Errorf("x: %w", ErrSequenceReused), connect.CodeFailedPrecondition, "x: sequence reused with a different request"},
 		{fmt.Errorf("x: %w", ErrStaleEpoch), connect.CodeFailedPrecondition, "x: stale epoch"},

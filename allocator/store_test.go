@@ -158,7 +158,7 @@ func TestStoreKeyNotVouchedForStartsEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketKeys).Put([]byte("k"), []byte{recordVersion, 0, 0xff}); err != nil {
+		if err := tx.Bucket(bucketKeys).Put([]byte("k"), []byte{2, 0, 0xff}); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketSessions).Put([]byte("a"), []byte{9})
@@ -351,17 +351,17 @@ func TestCommitLingerSteps(t *testing.T) {
 		{2500 * time.Microsecond, 32, 0, 0, []time.Duration{s, s, 500 * time.Microsecond}},
 	} {
 		st := &store{}
-		st.cond = sync.NewCond(&st.cmu)
+		st.cond = sync.NewCond(&st.mu)
 		var slept []time.Duration
 		st.sleep = func(d time.Duration) {
 			slept = append(slept, d)
 			if len(slept) <= tc.arriving {
-				st.cmu.Lock()
+				st.mu.Lock()
 				st.arrived += max(tc.perStep, 3)
-				st.cmu.Unlock()
+				st.mu.Unlock()
 			}
 		}
-		st.linger(tc.max, tc.last)
+		st.lingerFor(tc.max, tc.last)
 		if fmt.Sprint(slept) != fmt.Sprint(tc.want) {
 			t.Errorf("linger(%v, last %d) with calls arriving in the first %d steps (%d each) slept %v, want %v", tc.max, tc.last, tc.arriving, tc.perStep, slept, tc.want)
 		}

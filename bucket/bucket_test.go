@@ -65,7 +65,7 @@ func mustNew(t *testing.T, l Limit, now Instant) Bucket {
 	return b
 }
 
-// TestHandExampleTokens is seed 000 §3 on the token bucket alone.
+// TestHandExampleTokens is the worked example of docs/contract.md on the token bucket alone.
 func TestHandExampleTokens(t *testing.T) {
 	b := mustNew(t, PerMinute(1000), t0)
 	run(t, b, []step{

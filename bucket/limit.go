@@ -29,7 +29,7 @@ type Limit struct {
 }
 
 // PerMinute returns the default bucket for a limit of n tokens per minute:
-// capacity n, refilled n per minute (seed 000).
+// capacity n, refilled n per minute (the contract's default).
 func PerMinute(n int64) Limit {
 	return Limit{Capacity: n, Refill: n, Period: time.Minute}
 }

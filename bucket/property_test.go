@@ -54,7 +54,7 @@ func boundHolds(t *rapid.T, lim Limit, at []Instant, cost []int64, slack int64) 
 
 // TestPropertyBoundTakeNow: whatever the arrivals, the tokens taken minus
 // the tokens given back within any window of length t never exceed
-// capacity + rate*t (seed 004's bucket bound).
+// capacity + rate*t (the bucket's bound).
 func TestPropertyBoundTakeNow(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		lim := genLimit(t)

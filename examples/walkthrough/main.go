@@ -1,5 +1,5 @@
-// Command walkthrough runs the Limiter through seed 000's worked example and
-// seed 002's Friday statement run on a virtual clock, printing every number,
+// Command walkthrough runs the Limiter through the worked example and the wait-mode
+// statement run of docs/contract.md on a virtual clock, printing every number,
 // so what the limiter decides can be checked by hand.
 //
 //	go run ./examples/walkthrough
@@ -29,7 +29,7 @@ func run() error {
 	clock := fakeclock.New()
 	l := spender.New(clock)
 
-	fmt.Println("Seed 000 §3: key k with RPM 3 and TPM 1000, t = 0")
+	fmt.Println("Worked example (docs/contract.md): key k with RPM 3 and TPM 1000, t = 0")
 	lim := ration.Limits{RPM: 3, TPM: 1000}
 	r, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1, Tokens: 300})
 	if err != nil {
@@ -53,7 +53,7 @@ func run() error {
 	s = r.Status()
 	fmt.Printf("  4. at t = 1.2s: admitted, remaining %d requests, %d tokens\n\n", s.RemainingRequests, s.RemainingTokens)
 
-	fmt.Println("Seed 002: 80 statements at 16:00, bucket of 10 refilled one per 2 s, max wait 300 s")
+	fmt.Println("Wait mode (docs/contract.md): 80 statements at 16:00, bucket of 10 refilled one per 2 s, max wait 300 s")
 	vendor := ration.Limits{RPM: 30, BurstRequests: 10}
 	start := clock.Now()
 	var last time.Duration

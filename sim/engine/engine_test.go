@@ -29,7 +29,7 @@ func scenario(t *testing.T, name string) Scenario {
 	return sc
 }
 
-// TestStaticSplitSeed004 reproduces seed 004's proposition: a limit R
+// TestStaticSplitSeed004 reproduces the static split's proposition (docs/sim.md): a limit R
 // split statically as R/N over N instances, with traffic fractions f_i
 // offered at exactly R, admits R * sum(min(f_i, 1/N)) in the long run.
 // The simulated rate over the second half of a 10-minute run (every
@@ -52,7 +52,7 @@ func TestStaticSplitSeed004(t *testing.T) {
 			}
 			r := mustRun(t, Config{Scenario: tc.sc, Strategy: Static, Instances: tc.n, Duration: 10 * time.Minute, Overload: 1, Seed: 4})
 			if math.Abs(r.Steady-want) > 0.02*want {
-				t.Fatalf("static split admitted %.4f R, seed 004 predicts R*sum(min(f_i, 1/N)) = %.4f R", r.Steady, want)
+				t.Fatalf("static split admitted %.4f R, the proposition predicts R*sum(min(f_i, 1/N)) = %.4f R", r.Steady, want)
 			}
 			t.Logf("admitted %.4f R, predicted %.4f R", r.Steady, want)
 		})

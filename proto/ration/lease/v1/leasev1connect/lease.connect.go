@@ -22,11 +22,10 @@
 package leasev1connect
 
 import (
-	context "context"
-	sync "sync"
-
 	connect "connectrpc.com/connect/v2"
+	context "context"
 	v1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	sync "sync"
 )
 
 const (

@@ -1,4 +1,4 @@
-package allocator
+package ledger
 
 import (
 	"math/bits"
@@ -11,7 +11,7 @@ import (
 // key and the key's state, it says how much to grant. The ledger clamps the
 // answer to [Need, min(Want, Available)] when Need is covered, so a policy
 // cannot break the bound, only share the budget well or badly. A Policy
-// must be safe for concurrent use; it is called with the ledger's lock held
+// must be safe for concurrent use; it is called while a command applies
 // and must not block. The simulator swaps it with WithPolicy.
 type Policy interface {
 	Grant(d Demand) int64
@@ -97,12 +97,7 @@ func ratePer(rate int64, h time.Duration) int64 {
 	if hi >= uint64(time.Minute) {
 		return ration.MaxAmount
 	}
-	var q, r uint64
-	if hi == 0 { // the usual case: a division by a constant, no 128-bit divide
-		q, r = lo/uint64(time.Minute), lo%uint64(time.Minute)
-	} else {
-		q, r = bits.Div64(hi, lo, uint64(time.Minute))
-	}
+	q, r := bits.Div64(hi, lo, uint64(time.Minute))
 	if r != 0 {
 		q++
 	}

@@ -1,4 +1,4 @@
-package allocator
+package ledger
 
 import (
 	"encoding/binary"
@@ -14,25 +14,18 @@ import (
 // varints. A record that fails to decode or validate is not vouched for:
 // its key starts empty (invariant 5), its session is dropped.
 //
-// Version 2 (written since store format 2) journals fewer bytes per call
-// than version 1 (a bench-shaped 64-key call: ~4.0 KB instead of ~7.5 KB;
-// a key record 36 bytes instead of 65), all exact:
-//   - a key record writes its limits as decimal mantissa and exponent
-//     (limits are usually round numbers: 1e12 takes 1 byte, not 6);
+// A key record is small because the journal writes one per key per call:
+//   - limits are written as decimal mantissa and exponent (limits are
+//     usually round numbers: 1e12 takes 1 byte, not 6);
 //   - a bucket level closer to full than to zero is written as the
-//     distance to full (a flag bit per dimension), so that a little-used
-//     bucket takes a byte or two instead of up to 9;
-//   - its instants (refill instants, holding expiries) are differences
-//     from the first bucket's refill instant;
-//   - a session's stored Acquire or ReserveAhead reply leaves out the
-//     per-key snapshots (informational; a retry answered from a reply read
-//     back from disk gets them recomputed from the key's state, see
-//     Ledger.snapshotNow).
+//     distance to full (a flag bit per dimension);
+//   - instants (refill instants, holding expiries) are differences from
+//     the first bucket's refill instant.
 //
-// Version 1 records still decode.
+// A session's stored Acquire or ReserveAhead reply leaves out the per-key
+// snapshots (informational; a retry answered from a decoded reply gets
+// them recomputed from the key's state, see State.snapshotAt).
 const recordVersion = 2
-
-const recordVersion1 = 1
 
 var errCorrupt = errors.New("corrupt record")
 
@@ -45,18 +38,8 @@ func (e *enc) str(s string) {
 	e.u(uint64(len(s)))
 	e.b = append(e.b, s...)
 }
-func (e *enc) amount(a ration.Amount) { e.b = appendAmount(e.b, a) }
+func (e *enc) amount(a ration.Amount) { e.i(a.Requests); e.i(a.Tokens) }
 func (e *enc) dur(d time.Duration)    { e.i(int64(d)) }
-
-// The enc methods are small enough to inline, so that an enc that is a
-// local variable (as in appendKey and appendSession) is written on the
-// stack: storing the buffer's pointer into an enc on the heap would pass
-// the GC's write barrier whenever a collection is marking. What is too big
-// to inline is a function from buffer to buffer instead.
-
-func appendAmount(b []byte, a ration.Amount) []byte {
-	return binary.AppendVarint(binary.AppendVarint(b, a.Requests), a.Tokens)
-}
 
 type dec struct {
 	b   []byte
@@ -152,8 +135,8 @@ func (d *dec) done() error {
 
 const (
 	flagFresh   = 1 << iota // limits unknown; buckets start empty at emptyFrom
-	flagReqFull             // version 2: the request level is written as full - level
-	flagTokFull             // version 2: the token level is written as full - level
+	flagReqFull             // the request level is written as full - level
+	flagTokFull             // the token level is written as full - level
 )
 
 // decimal writes v >= 0 as mantissa<<4 | exponent (v = mantissa * 10^exponent).
@@ -198,19 +181,15 @@ const maxHoldsPerKey = 1 << 20
 // dimState writes a bucket's level (as the distance to full if fromFull)
 // and its refill instant relative to base.
 func (e *enc) dimState(b *bucket.Bucket, st bucket.State, fromFull bool, base bucket.Instant) {
-	e.b = appendDimState(e.b, b, st, fromFull, base)
-}
-
-func appendDimState(e []byte, b *bucket.Bucket, st bucket.State, fromFull bool, base bucket.Instant) []byte {
 	if fromFull {
-		e = binary.AppendUvarint(e, uint64(fullUnits(b)-st.Level))
+		e.u(uint64(fullUnits(b) - st.Level))
 	} else {
-		e = binary.AppendVarint(e, st.Level)
+		e.i(st.Level)
 	}
-	return binary.AppendVarint(e, int64(st.Last-base))
+	e.i(int64(st.Last - base))
 }
 
-// appendKey appends k's record to b (through a local enc: see appendAmount).
+// appendKey appends k's record to b.
 func appendKey(b []byte, k *keyState) []byte {
 	e := enc{b: b}
 	e.byte(recordVersion)
@@ -266,7 +245,7 @@ func appendKey(b []byte, k *keyState) []byte {
 func decodeKey(b []byte) (*keyState, error) {
 	d := &dec{b: b}
 	v := d.byte()
-	if v != recordVersion && v != recordVersion1 {
+	if v != recordVersion {
 		return nil, fmt.Errorf("allocator: key record version: %w", errCorrupt)
 	}
 	k := &keyState{}
@@ -279,22 +258,14 @@ func decodeKey(b []byte) (*keyState, error) {
 		}
 		return k, d.done()
 	}
-	if v == recordVersion1 {
-		k.lim = ration.Limits{RPM: d.i(), TPM: d.i(), BurstRequests: d.i(), BurstTokens: d.i()}
-		flags = 0
-	} else {
-		k.lim = ration.Limits{RPM: d.decimal(ration.MaxRate), TPM: d.decimal(ration.MaxRate), BurstRequests: d.decimal(ration.MaxRate), BurstTokens: d.decimal(ration.MaxRate)}
-	}
+	k.lim = ration.Limits{RPM: d.decimal(ration.MaxRate), TPM: d.decimal(ration.MaxRate), BurstRequests: d.decimal(ration.MaxRate), BurstTokens: d.decimal(ration.MaxRate)}
 	if d.err != nil {
 		return nil, d.err
 	}
 	if err := validateLimits(0, k.lim); err != nil || (k.lim.RPM == 0 && k.lim.TPM == 0) {
 		return nil, fmt.Errorf("allocator: key record limits: %w", errCorrupt)
 	}
-	var base bucket.Instant // version 1: instants are absolute
-	if v != recordVersion1 {
-		base = bucket.Instant(d.i())
-	}
+	base := bucket.Instant(d.i())
 	for _, x := range []struct {
 		d           *dim
 		rate, burst int64
@@ -326,8 +297,7 @@ func decodeKey(b []byte) (*keyState, error) {
 		*x.d = dim{on: true, b: b}
 	}
 	n := d.count(maxHoldsPerKey)
-	k.holds = k.hold0[:0:len(k.hold0)]
-	if n > len(k.hold0) {
+	if n > 0 {
 		k.holds = make([]holding, 0, n)
 	}
 	for i := 0; i < n && d.err == nil; i++ {
@@ -343,7 +313,7 @@ func decodeKey(b []byte) (*keyState, error) {
 	return k, nil
 }
 
-// appendSession appends s's record to b (through a local enc: see appendAmount).
+// appendSession appends s's record to b.
 func appendSession(b []byte, s *session) []byte {
 	e := enc{b: b}
 	e.byte(recordVersion)
@@ -389,26 +359,13 @@ func appendSession(b []byte, s *session) []byte {
 	return e.b
 }
 
-// decodeSnapshot reads a version 1 record's snapshot; version 2 has none
-// (zero, and the session marked to restore it).
-func decodeSnapshot(d *dec, v byte) Snapshot {
-	var s Snapshot
-	if v != recordVersion1 {
-		return s
-	}
-	for _, x := range []*DimSnapshot{&s.Requests, &s.Tokens} {
-		*x = DimSnapshot{Limit: d.i(), Remaining: d.i(), Reset: d.dur()}
-	}
-	return s
-}
-
 func decodeSession(b []byte) (*session, error) {
 	d := &dec{b: b}
 	v := d.byte()
-	if v != recordVersion && v != recordVersion1 {
+	if v != recordVersion {
 		return nil, fmt.Errorf("allocator: session record version: %w", errCorrupt)
 	}
-	s := &session{epoch: d.u(), seq: d.u(), noSnapshots: v != recordVersion1}
+	s := &session{epoch: d.u(), seq: d.u(), noSnapshots: true}
 	if len(d.b) < 8 {
 		return nil, errCorrupt
 	}
@@ -423,15 +380,14 @@ func decodeSession(b []byte) (*session, error) {
 		r.Keys = make([]AcquireResult, d.count(ration.MaxBatch))
 		for i := range r.Keys {
 			r.Keys[i] = AcquireResult{Status: Status(d.byte()), Granted: d.amount(), Returned: d.amount(), Held: d.amount(),
-				RetryAfter: d.dur(), Snapshot: decodeSnapshot(d, v), ActiveSpenders: int(d.u())}
+				RetryAfter: d.dur(), ActiveSpenders: int(d.u())}
 		}
-		s.reply, s.acquireReply = r, r
+		s.reply = r
 	case kindReserve:
 		r := &ReserveReply{LeaseTTL: d.dur()}
 		r.Keys = make([]ReserveResult, d.count(ration.MaxBatch))
 		for i := range r.Keys {
-			r.Keys[i] = ReserveResult{Status: Status(d.byte()), Wait: d.dur(), Held: d.amount(),
-				Snapshot: decodeSnapshot(d, v), ActiveSpenders: int(d.u())}
+			r.Keys[i] = ReserveResult{Status: Status(d.byte()), Wait: d.dur(), Held: d.amount(), ActiveSpenders: int(d.u())}
 		}
 		s.reply = r
 	case kindRelease:

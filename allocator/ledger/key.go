@@ -1,4 +1,4 @@
-package allocator
+package ledger
 
 import (
 	"math/bits"
@@ -33,17 +33,6 @@ type keyState struct {
 	holds     []holding      // unexpired as of the last touch (expired ones dropped lazily)
 	emptyFrom bucket.Instant // != 0: state was lost; buckets start empty at this instant
 	fresh     bool           // buckets not created yet (lim unknown)
-	mark      uint64         // store: log position of the latest change (0 = none)
-
-	name string // the key, as in Ledger.keys
-	gone bool   // removed from Ledger.keys: a session's cached pointer is stale
-
-	// hold0 is the backing array of holds while the key has at most one
-	// holding (a key held by one gateway): one allocation per key instead
-	// of two, and a key's holding in the cache lines after its state
-	// rather than behind a pointer. A second holding moves holds to the
-	// heap. A keyState must not be copied (holds may point into it).
-	hold0 [1]holding
 }
 
 // setLimits makes the buckets follow l: a dimension that becomes limited
@@ -198,19 +187,7 @@ func (k *keyState) anyExpired(now bucket.Instant) bool {
 
 // expire drops holdings whose expiry is at or before now.
 func (k *keyState) expire(now bucket.Instant) {
-	j := 0
-	for i := range k.holds {
-		if k.holds[i].expiry > now {
-			if i != j { // a holding holds a string: a copy passes the GC's write barrier
-				k.holds[j] = k.holds[i]
-			}
-			j++
-		}
-	}
-	if j < len(k.holds) {
-		clear(k.holds[j:])
-		k.holds = k.holds[:j]
-	}
+	k.holds = slices.DeleteFunc(k.holds, func(h holding) bool { return h.expiry <= now })
 }
 
 // enforceCap keeps level + held <= capK in each dimension by burning the
@@ -275,9 +252,6 @@ func (k *keyState) find(spender string, epoch uint64) int {
 func (k *keyState) holdingFor(spender string, epoch uint64, now bucket.Instant) int {
 	if i := k.find(spender, epoch); i >= 0 {
 		return i
-	}
-	if k.holds == nil {
-		k.holds = k.hold0[:0:len(k.hold0)]
 	}
 	k.holds = append(k.holds, holding{spender: spender, epoch: epoch, expiry: now})
 	return len(k.holds) - 1

@@ -1,4 +1,4 @@
-package allocator
+package ledger
 
 import "github.com/rationhq/ration/bucket"
 
@@ -14,7 +14,7 @@ const (
 // session is a spender's exactly-once record: its latest epoch, the latest
 // sequence applied in it, that call's digest and its stored reply.
 type session struct {
-	id       string // the spender id, shared by the spender's holdings (one copy, compared by pointer first)
+	id       string // the spender id; the spender's holdings share this copy
 	epoch    uint64
 	seq      uint64 // 0: no call applied in this epoch yet
 	digest   digest
@@ -22,22 +22,10 @@ type session struct {
 	released bool           // Release closed the epoch
 	reply    any            // *AcquireReply, *ReserveReply or *ReleaseReply
 	seen     bucket.Instant // the latest call, for retention
-	mark     uint64         // store: log position of the latest change (0 = none)
 
-	// noSnapshots: reply was read back from disk without its snapshots
-	// (record version 2); they are recomputed before it is first sent.
+	// noSnapshots: reply was decoded from a record, which leaves out the
+	// snapshots; they are recomputed when a retry first reads it.
 	noSnapshots bool
-
-	// keys caches the states of the keys of the spender's latest Acquire,
-	// in request order: a spender asks for the same keys call after call,
-	// and following a pointer the call verifies (same name, not gone) costs
-	// fewer cache misses than a lookup in a map of many keys. Entries may
-	// be stale or nil; they are hints only. Not stored.
-	keys []*keyState
-
-	// acquireReply is the buffer of the spender's Acquire replies: reply
-	// points to it after an Acquire, and the next Acquire rewrites it.
-	acquireReply *AcquireReply
 }
 
 // check decides what to do with call c of kind k and digest d on session s

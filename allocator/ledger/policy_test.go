@@ -1,4 +1,4 @@
-package allocator
+package ledger
 
 import (
 	"math/big"

@@ -1,0 +1,122 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rationhq/ration"
+)
+
+func validateCaller(c Caller) error {
+	switch {
+	case c.SpenderID == "":
+		return inputErr("caller.spender_id", "empty")
+	case len(c.SpenderID) > ration.MaxSpenderIDLen:
+		return inputErr("caller.spender_id", "%d bytes, at most %d", len(c.SpenderID), ration.MaxSpenderIDLen)
+	case c.Epoch == 0:
+		return inputErr("caller.epoch", "must be positive")
+	case c.Sequence == 0:
+		return inputErr("caller.sequence", "must be positive")
+	}
+	return nil
+}
+
+func keyField(i int, name string) string { return fmt.Sprintf("keys[%d].%s", i, name) }
+
+func validateAmount(i int, name string, a ration.Amount) error {
+	if a.Requests < 0 || a.Requests > ration.MaxAmount {
+		return inputErr(keyField(i, name)+".requests", "%d outside [0, %d]", a.Requests, int64(ration.MaxAmount))
+	}
+	if a.Tokens < 0 || a.Tokens > ration.MaxAmount {
+		return inputErr(keyField(i, name)+".tokens", "%d outside [0, %d]", a.Tokens, int64(ration.MaxAmount))
+	}
+	return nil
+}
+
+func validateLimits(i int, l ration.Limits) error {
+	err := l.Validate()
+	if err == nil {
+		return nil
+	}
+	var le *ration.LimitsError
+	if errors.As(err, &le) {
+		return inputErr(keyField(i, "limits")+"."+le.Field, "%s", le.Reason)
+	}
+	return err
+}
+
+// validateKeys checks what every call shares: the caller, the batch size,
+// each key's name and limits, and that no key appears twice.
+func validateKeys(c Caller, n int, allowEmpty bool, keyAt func(i int) (string, ration.Limits)) error {
+	if err := validateCaller(c); err != nil {
+		return err
+	}
+	if n == 0 && !allowEmpty {
+		return inputErr("keys", "empty batch")
+	}
+	if n > ration.MaxBatch {
+		return inputErr("keys", "%d entries, at most %d", n, ration.MaxBatch)
+	}
+	seen := make(map[string]int, n)
+	for i := range n {
+		name, lim := keyAt(i)
+		if err := ration.ValidKey(name); err != nil {
+			return inputErr(keyField(i, "key"), "%v", err)
+		}
+		if j, dup := seen[name]; dup {
+			return inputErr(keyField(i, "key"), "duplicates keys[%d].key", j)
+		}
+		seen[name] = i
+		if err := validateLimits(i, lim); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateAcquire(c Caller, keys []AcquireKey) error {
+	if err := validateKeys(c, len(keys), false, func(i int) (string, ration.Limits) { return keys[i].Key, keys[i].Limits }); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		for _, a := range []struct {
+			name string
+			v    ration.Amount
+		}{{"want", k.Want}, {"need", k.Need}, {"spend_rate", k.SpendRate}, {"returned", k.Returned}, {"held", k.Held}, {"debt", k.Debt}} {
+			if err := validateAmount(i, a.name, a.v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func validateReserve(c Caller, keys []ReserveKey) error {
+	if err := validateKeys(c, len(keys), false, func(i int) (string, ration.Limits) { return keys[i].Key, keys[i].Limits }); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		if err := validateAmount(i, "cost", k.Cost); err != nil {
+			return err
+		}
+		if k.MaxWait < 0 || k.MaxWait > ration.MaxWait {
+			return inputErr(keyField(i, "max_wait_us"), "%v outside [0, %v]", k.MaxWait, ration.MaxWait)
+		}
+	}
+	return nil
+}
+
+func validateRelease(c Caller, keys []ReleaseKey) error {
+	if err := validateKeys(c, len(keys), true, func(i int) (string, ration.Limits) { return keys[i].Key, keys[i].Limits }); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		if err := validateAmount(i, "returned", k.Returned); err != nil {
+			return err
+		}
+		if err := validateAmount(i, "debt", k.Debt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
