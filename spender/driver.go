@@ -211,6 +211,8 @@ func (h handle) Deliver(c leasedrive.Call, resp any, err error) {
 
 func (h handle) Tick() { h.d.lz.tick(h.now()) }
 
+func (h handle) AttemptTimeout() time.Duration { return h.d.lz.attemptTimeout() }
+
 func (h handle) NextWake() time.Time {
 	return h.d.l.timeOf(h.d.lz.nextWake(h.now()))
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"connectrpc.com/connect/v2"
@@ -20,7 +21,7 @@ import (
 )
 
 // newAllocator returns an in-process allocator (memory-only ledger) on clk.
-func newAllocator(t testing.TB, clk *fakeclock.Clock, opts ...allocator.Option) *allocator.Service {
+func newAllocator(t testing.TB, clk ration.Clock, opts ...allocator.Option) *allocator.Service {
 	t.Helper()
 	led, err := allocator.New(append([]allocator.Option{allocator.WithClock(clk)}, opts...)...)
 	if err != nil {
@@ -167,11 +168,24 @@ func TestLeasedHotPathStaysLocal(t *testing.T) {
 	t.Logf("%d allocator calls for %d admissions", n.calls.Load(), admitted)
 }
 
+// bubbleClock is the clock of a test run in a synctest bubble: the system
+// clock, whose time there is virtual and moves only when every goroutine in
+// the bubble is blocked. A Reserve waiting for a retried call or for the
+// slow-path deadline then wakes at the right virtual instant, as the
+// Limiter's driver would in production, and the test waits for no real
+// time.
+type bubbleClock struct{ ration.SystemClock }
+
+// Advance lets d of virtual time pass (time.Sleep inside a bubble returns
+// at once in real time, after every timer due before it has fired).
+func (bubbleClock) Advance(d time.Duration) { time.Sleep(d) }
+
 // fleet drives several leased spenders on one virtual clock with traffic
-// split by weights, and records every admission.
+// split by weights, and records every admission. It runs in a synctest
+// bubble (see bubbleClock).
 type fleet struct {
 	t      *testing.T
-	clk    *fakeclock.Clock
+	clk    bubbleClock
 	ls     []*spender.Limiter
 	nets   []*simnet
 	lim    ration.Limits
@@ -184,7 +198,7 @@ type admission struct {
 }
 
 func newFleet(t *testing.T, n int, lim ration.Limits, allocOpts []allocator.Option, opts ...spender.Option) *fleet {
-	clk := fakeclock.New()
+	var clk bubbleClock
 	src := newAllocator(t, clk, allocOpts...)
 	f := &fleet{t: t, clk: clk, lim: lim}
 	for i := range n {
@@ -242,91 +256,97 @@ func (f *fleet) maxInWindow(w time.Duration) int64 {
 // twice the limit: the fleet admits at least 97% of what the limit allows
 // and never more than the bound C + rho*(t + TTL) in any window.
 func TestLeasedSkewedFleetTracksTheLimit(t *testing.T) {
-	const rpm = 6000 // 100 a second
-	ttl := 2 * time.Second
-	f := newFleet(t, 3, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
-	steps, dt := 3000, 20*time.Millisecond // one virtual minute
-	admitted, _ := f.run(steps, dt, 4, []float64{0.80, 0.15, 0.05}, ration.Amount{Requests: 1})
-	window := time.Duration(steps) * dt
-	allowed := rpm + rpm*window.Minutes() // C + rho*t
-	if frac := float64(admitted) / allowed; frac < 0.97 {
-		t.Fatalf("admitted %d of %.0f allowed (%.1f%%), want at least 97%%", admitted, allowed, 100*frac)
-	}
-	for _, w := range []time.Duration{0, 100 * time.Millisecond, time.Second, 10 * time.Second, window} {
-		bound := float64(rpm) + float64(rpm)*(w+ttl).Minutes()
-		if got := f.maxInWindow(w); float64(got) > bound {
-			t.Fatalf("admitted %d within %v, above the bound %.0f", got, w, bound)
+	synctest.Test(t, func(t *testing.T) {
+		const rpm = 6000 // 100 a second
+		ttl := 2 * time.Second
+		f := newFleet(t, 3, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
+		steps, dt := 3000, 20*time.Millisecond // one virtual minute
+		admitted, _ := f.run(steps, dt, 4, []float64{0.80, 0.15, 0.05}, ration.Amount{Requests: 1})
+		window := time.Duration(steps) * dt
+		allowed := rpm + rpm*window.Minutes() // C + rho*t
+		if frac := float64(admitted) / allowed; frac < 0.97 {
+			t.Fatalf("admitted %d of %.0f allowed (%.1f%%), want at least 97%%", admitted, allowed, 100*frac)
 		}
-	}
-	t.Logf("admitted %d of %.0f allowed", admitted, allowed)
+		for _, w := range []time.Duration{0, 100 * time.Millisecond, time.Second, 10 * time.Second, window} {
+			bound := float64(rpm) + float64(rpm)*(w+ttl).Minutes()
+			if got := f.maxInWindow(w); float64(got) > bound {
+				t.Fatalf("admitted %d within %v, above the bound %.0f", got, w, bound)
+			}
+		}
+		t.Logf("admitted %d of %.0f allowed", admitted, allowed)
+	})
 }
 
 // TestLeasedLostRepliesNeverDoubleGrant: with every other reply lost, the
 // retried calls are answered from the allocator's record and the fleet
 // still never exceeds the bound.
 func TestLeasedLostRepliesNeverDoubleGrant(t *testing.T) {
-	const rpm = 600
-	ttl := time.Second
-	f := newFleet(t, 3, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
-	for _, n := range f.nets {
-		n.loseEvery.Store(2)
-	}
-	f.run(1000, 10*time.Millisecond, 3, []float64{0.5, 0.3, 0.2}, ration.Amount{Requests: 1})
-	lost := int64(0)
-	for _, n := range f.nets {
-		lost += n.lost.Load()
-	}
-	if lost == 0 {
-		t.Fatal("no reply was lost: the test tested nothing")
-	}
-	for _, w := range []time.Duration{0, time.Second, 5 * time.Second} {
-		bound := float64(rpm) + float64(rpm)*(w+ttl).Minutes()
-		if got := f.maxInWindow(w); float64(got) > bound {
-			t.Fatalf("admitted %d within %v with %d lost replies, above the bound %.0f", got, w, lost, bound)
+	synctest.Test(t, func(t *testing.T) {
+		const rpm = 600
+		ttl := time.Second
+		f := newFleet(t, 3, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
+		for _, n := range f.nets {
+			n.loseEvery.Store(2)
 		}
-	}
+		f.run(1000, 10*time.Millisecond, 3, []float64{0.5, 0.3, 0.2}, ration.Amount{Requests: 1})
+		lost := int64(0)
+		for _, n := range f.nets {
+			lost += n.lost.Load()
+		}
+		if lost == 0 {
+			t.Fatal("no reply was lost: the test tested nothing")
+		}
+		for _, w := range []time.Duration{0, time.Second, 5 * time.Second} {
+			bound := float64(rpm) + float64(rpm)*(w+ttl).Minutes()
+			if got := f.maxInWindow(w); float64(got) > bound {
+				t.Fatalf("admitted %d within %v with %d lost replies, above the bound %.0f", got, w, lost, bound)
+			}
+		}
+	})
 }
 
 // TestLeasedOutageFallsBackAndRecovers: during a partition a spender spends
 // its valid lease, then admits at its share of the limit (limit / active
 // spenders) and reports those admissions as debt when the allocator is back.
 func TestLeasedOutageFallsBackAndRecovers(t *testing.T) {
-	const rpm = 600 // 10 a second
-	ttl := time.Second
-	f := newFleet(t, 2, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
-	one := ration.Amount{Requests: 1}
-	f.run(500, 10*time.Millisecond, 2, []float64{0.5, 0.5}, one) // both active; leases in place
+	synctest.Test(t, func(t *testing.T) {
+		const rpm = 600 // 10 a second
+		ttl := time.Second
+		f := newFleet(t, 2, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(ttl)})
+		one := ration.Amount{Requests: 1}
+		f.run(500, 10*time.Millisecond, 2, []float64{0.5, 0.5}, one) // both active; leases in place
 
-	for _, n := range f.nets {
-		n.partitioned.Store(true)
-	}
-	// Over 30 s of outage each spender may admit its share: 300/min capacity
-	// at the start plus 5 a second.
-	admitted, _ := f.run(3000, 10*time.Millisecond, 2, []float64{0.5, 0.5}, one)
-	share := float64(rpm/2) + float64(rpm/2)*0.5 // C/N + rho/N * 30 s, per spender
-	if float64(admitted) > 2*share+2*float64(rpm) /* valid leases at the cut */ {
-		t.Fatalf("admitted %d during the outage, above two shares (%.0f) plus leases", admitted, 2*share)
-	}
-	if float64(admitted) < 0.9*2*float64(rpm/2)*0.5 {
-		t.Fatalf("admitted only %d during the outage: the share policy did not admit", admitted)
-	}
-
-	for _, n := range f.nets {
-		n.partitioned.Store(false)
-	}
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	for _, l := range f.ls {
-		if err := l.Flush(fctx); err != nil {
-			t.Fatal(err)
+		for _, n := range f.nets {
+			n.partitioned.Store(true)
 		}
-	}
-	// The debt reached the allocator: the key's global bucket is in debt,
-	// so a fresh spender gets nothing now.
-	fresh := newLeased(t, f.clk, f.nets[0].src)
-	if _, err := fresh.Reserve(ctx, "shared-key", f.lim, one); !errors.Is(err, spender.ErrRateLimited) {
-		t.Fatalf("after recovery a fresh spender got %v; want a rejection (the fallback admissions were charged)", err)
-	}
+		// Over 30 s of outage each spender may admit its share: 300/min capacity
+		// at the start plus 5 a second.
+		admitted, _ := f.run(3000, 10*time.Millisecond, 2, []float64{0.5, 0.5}, one)
+		share := float64(rpm/2) + float64(rpm/2)*0.5 // C/N + rho/N * 30 s, per spender
+		if float64(admitted) > 2*share+2*float64(rpm) /* valid leases at the cut */ {
+			t.Fatalf("admitted %d during the outage, above two shares (%.0f) plus leases", admitted, 2*share)
+		}
+		if float64(admitted) < 0.9*2*float64(rpm/2)*0.5 {
+			t.Fatalf("admitted only %d during the outage: the share policy did not admit", admitted)
+		}
+
+		for _, n := range f.nets {
+			n.partitioned.Store(false)
+		}
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		for _, l := range f.ls {
+			if err := l.Flush(fctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The debt reached the allocator: the key's global bucket is in debt,
+		// so a fresh spender gets nothing now.
+		fresh := newLeased(t, f.clk, f.nets[0].src)
+		if _, err := fresh.Reserve(ctx, "shared-key", f.lim, one); !errors.Is(err, spender.ErrRateLimited) {
+			t.Fatalf("after recovery a fresh spender got %v; want a rejection (the fallback admissions were charged)", err)
+		}
+	})
 }
 
 // TestLeasedFailClosedAndOpen: the two other policies.
@@ -336,17 +356,19 @@ func TestLeasedFailClosedAndOpen(t *testing.T) {
 		admit  bool
 	}{{spender.FailClosed, false}, {spender.FailOpen, true}} {
 		t.Run(tc.policy.String(), func(t *testing.T) {
-			clk := fakeclock.New()
-			n := &simnet{src: newAllocator(t, clk)}
-			n.partitioned.Store(true)
-			l := newLeased(t, clk, n, spender.WithFallback(tc.policy), spender.WithSlowPathDeadline(20*time.Millisecond))
-			lim := ration.Limits{RPM: 10}
-			for i := range 50 {
-				_, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1})
-				if (err == nil) != tc.admit {
-					t.Fatalf("request %d under %v: %v", i, tc.policy, err)
+			synctest.Test(t, func(t *testing.T) {
+				var clk bubbleClock
+				n := &simnet{src: newAllocator(t, clk)}
+				n.partitioned.Store(true)
+				l := newLeased(t, clk, n, spender.WithFallback(tc.policy), spender.WithSlowPathDeadline(20*time.Millisecond))
+				lim := ration.Limits{RPM: 10}
+				for i := range 50 {
+					_, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1})
+					if (err == nil) != tc.admit {
+						t.Fatalf("request %d under %v: %v", i, tc.policy, err)
+					}
 				}
-			}
+			})
 		})
 	}
 }

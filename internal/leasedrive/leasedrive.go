@@ -34,6 +34,9 @@ type Machine interface {
 	// Deliver hands the machine the answer to c's attempt (resp is the
 	// *AcquireResponse or *ReserveAheadResponse), or its failure (err).
 	Deliver(c Call, resp any, err error)
+	// AttemptTimeout is how long the machine's driver waits for one
+	// attempt's reply before it counts as failed.
+	AttemptTimeout() time.Duration
 	// Tick runs the machine's maintenance if it is due.
 	Tick()
 	// NextWake is when the machine next needs NextCall or Tick: the end of

@@ -4,21 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
 
-// leased is ration: a leased spender.Limiter per instance, built with
-// manual leasing so that its allocator calls travel the simulated network
-// and its clock is the virtual one.
+// leased is ration: a leased spender.Limiter per instance, whose lease
+// state machine the simulator moves itself (internal/leasedrive): the
+// very machine a gateway's Limiter runs, with its calls carried over the
+// simulated network and its time the virtual clock.
 //
-// A request whose lease cannot cover it (ErrLeasePending) is parked until
-// its spender's call is answered or fails, or until a slow-path deadline
-// has passed, and then asked again; the time parked is its added latency.
+// A request whose lease cannot cover it is parked until its spender's call
+// is answered or fails, or until the machine's slow-path deadline has
+// passed, and then asked again; the time parked is its added latency.
 type leased struct{}
 
 func (leased) join(s *sim, i int32) {
@@ -28,10 +31,10 @@ func (leased) join(s *sim, i int32) {
 	if err != nil {
 		panic(err) // a fresh registry cannot hold a duplicate
 	}
+	tap := &releaseTap{svc: s.svc, s: s}
 	in.lim = spender.New(s.clk,
-		spender.WithShards(1), // one key: one shard keeps Maintain cheap
-		spender.WithLeases(&releaseTap{svc: s.svc, s: s}),
-		spender.WithManualLeasing(),
+		spender.WithShards(1), // one key: one shard keeps maintenance cheap
+		spender.WithLeases(tap),
 		spender.WithSpenderID(fmt.Sprintf("gw-%d", i)),
 		spender.WithEpoch(1),
 		spender.WithSlowPathDeadline(s.cfg.SlowDeadline),
@@ -40,6 +43,7 @@ func (leased) join(s *sim, i int32) {
 		spender.WithFallback(s.cfg.Fallback),
 		spender.WithMetrics(m),
 	)
+	in.m = tap.m
 	in.ep = s.newEndpoint(i)
 }
 
@@ -69,24 +73,28 @@ func (l leased) arrive(s *sim, id int32) {
 	l.pump(s, r.inst)
 }
 
-// try asks the spender for request id and records the outcome; it leaves
-// the request parked (with a deadline) if the lease is pending.
+// try asks the spender's machine for request id and records the outcome;
+// it leaves the request parked (with the machine's deadline) if the
+// allocator must be asked first.
 func (leased) try(s *sim, id int32) {
 	r := &s.reqs[id]
-	res, err := s.insts[r.inst].lim.Reserve(s.ctx, key, s.cfg.Limits, r.cost)
+	res, _, w, err := s.insts[r.inst].m.Reserve(key, s.cfg.Limits, r.cost, 0, false, r.wait)
 	switch {
-	case err == nil:
-		s.admit(id, res)
-	case errors.Is(err, spender.ErrLeasePending):
+	case w != nil:
 		if !r.parked {
 			r.parked = true
-			s.q.push(event{at: s.at(s.cfg.SlowDeadline), kind: evParkDeadline, b: id})
+			s.q.push(event{at: s.instant(w.Deadline()), kind: evParkDeadline, b: id})
 		}
+		r.wait = w
+	case err == nil:
+		r.wait = nil
+		s.admit(id, res.(spender.Reservation))
 	default:
 		var rej *spender.RejectError
 		if !errors.As(err, &rej) {
 			panic(fmt.Sprintf("engine: leased Reserve: %v", err))
 		}
+		r.wait = nil
 		s.reject(id)
 	}
 }
@@ -129,50 +137,74 @@ func (l leased) retryParked(s *sim, i int32) {
 	in.parked = append(keep, in.parked...)
 }
 
-// pump sends the spender's next call if none is outstanding.
+// pump sends the machine's next call if it has one, and otherwise wakes
+// the instance again when the machine says it next needs to run.
 func (leased) pump(s *sim, i int32) {
 	in := &s.insts[i]
-	if in.call != nil || in.closed {
+	if in.closed || s.eps[in.ep].body != nil {
 		return
 	}
-	if c := in.lim.NextCall(); c != nil {
+	if c := in.m.NextCall(); c != nil {
 		in.call = c
-		s.begin(in.ep, c.Request())
+		e := s.eps[in.ep]
+		e.timeout = int64(in.m.AttemptTimeout() / time.Microsecond)
+		s.begin(in.ep, c.Request().(*leasev1.AcquireRequest)) // the sim has no wait mode: only Acquire
+		return
 	}
+	at := max(s.instant(in.m.NextWake()), s.now+1)
+	if in.wakeAt <= s.now || at < in.wakeAt {
+		in.wakeAt = at
+		s.q.push(event{at: at, kind: evWake, a: i})
+	}
+}
+
+// wake runs instance i's machine at a time it asked for.
+func (l leased) wake(s *sim, i int32) {
+	in := &s.insts[i]
+	if !in.joined || in.closed || s.now < in.wakeAt {
+		return // a later wake was scheduled since
+	}
+	in.wakeAt = 0
+	in.m.Tick()
+	l.pump(s, i)
 }
 
 func (l leased) answered(s *sim, ep int32, g reply) {
 	e := s.eps[ep]
 	in := &s.insts[e.inst]
-	in.lim.Deliver(in.call, g.resp, nil)
+	in.m.Deliver(in.call, g.resp, nil)
 	in.call, e.body = nil, nil
 	l.retryParked(s, e.inst)
 	l.pump(s, e.inst)
 }
 
-// refused gives up a call the allocator rejected as invalid, as the real
-// leaser does: no answer is applied and the spender does not count the
-// allocator as unreachable; the keys are asked for again on the next call.
+// refused hands the machine the allocator's rejection of a call as
+// invalid: it gives the call up, as it would in a gateway.
 func (l leased) refused(s *sim, ep int32) {
 	e := s.eps[ep]
 	in := &s.insts[e.inst]
+	in.m.Deliver(in.call, nil, e.resp.err)
 	in.call, e.body = nil, nil
 	l.retryParked(s, e.inst)
 	l.pump(s, e.inst)
 }
 
+// failed hands the machine a failed attempt; the machine decides when to
+// send the call again (pump asks it at its next wake).
 func (l leased) failed(s *sim, ep int32) {
 	e := s.eps[ep]
 	in := &s.insts[e.inst]
-	in.lim.Deliver(in.call, nil, e.resp.err)
+	in.m.Deliver(in.call, nil, e.resp.err)
+	e.body = nil // resent through NextCall, not the network's own backoff
 	l.retryParked(s, e.inst)
+	l.pump(s, e.inst)
 }
 
 func (l leased) tick(s *sim) {
 	for i := range s.insts {
 		in := &s.insts[i]
 		if in.joined && !in.closed {
-			in.lim.Maintain()
+			in.m.Tick()
 			l.pump(s, int32(i))
 		}
 	}
@@ -189,13 +221,20 @@ func (l leased) finish(s *sim) {
 	}
 }
 
-// releaseTap is the LeaseSource a leased spender holds. Under manual
-// leasing only Close uses it (Acquire travels the simulated network); it
-// records what Release gave back so stranded budget can be accounted.
+// releaseTap is the LeaseSource a leased spender holds. It takes the
+// spender's machine (Drive), whose calls travel the simulated network; only
+// Close uses the methods below. It records what Release gave back so
+// stranded budget can be accounted.
 type releaseTap struct {
 	svc *allocator.Service
 	s   *sim
+	m   leasedrive.Machine
 }
+
+var _ leasedrive.Source = (*releaseTap)(nil)
+
+// Drive keeps the machine for the simulator to move.
+func (t *releaseTap) Drive(m leasedrive.Machine) { t.m = m }
 
 func (t *releaseTap) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	return t.svc.Acquire(ctx, r)

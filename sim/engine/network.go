@@ -25,6 +25,7 @@ type endpoint struct {
 	backoff   int64                   // µs before the next resend
 	resp      reply                   // the reply in flight to the current attempt
 	applied   uint64                  // the last sequence the allocator applied (replays are not counted twice)
+	timeout   int64                   // µs before an attempt with no reply fails; 0 = the network's call timeout
 
 	// central: the request this slot decides and where its call stands.
 	req     int32
@@ -79,6 +80,14 @@ func (s *sim) latency() int64 {
 	return max(d, 1)
 }
 
+// attemptTimeout is how long e's sender waits for a reply, µs.
+func (s *sim) attemptTimeout(e *endpoint) int64 {
+	if e.timeout > 0 {
+		return e.timeout
+	}
+	return int64(s.cfg.Net.CallTimeout / time.Microsecond)
+}
+
 func (s *sim) lost() bool { return s.cfg.Net.Loss > 0 && s.nrng.Float64() < s.cfg.Net.Loss }
 
 // send makes one attempt of ep's call.
@@ -93,7 +102,7 @@ func (s *sim) send(ep int32) {
 		s.q.push(event{at: s.now + 2*lat, kind: evNetFail, a: ep, g: e.attempt})
 		e.resp = reply{err: errRefused}
 	case s.lost():
-		s.q.push(event{at: s.at(s.cfg.Net.CallTimeout), kind: evNetFail, a: ep, g: e.attempt})
+		s.q.push(event{at: s.now + s.attemptTimeout(e), kind: evNetFail, a: ep, g: e.attempt})
 		e.resp = reply{err: errLost}
 	default:
 		s.q.push(event{at: s.now + lat, kind: evNetArrive, a: ep, g: e.attempt})
@@ -122,7 +131,7 @@ func (s *sim) netArrive(ep int32, g uint32) {
 	}
 	e.resp = reply{resp: resp, err: err}
 	if s.lost() {
-		s.q.push(event{at: e.sentAt + int64(s.cfg.Net.CallTimeout/time.Microsecond), kind: evNetFail, a: ep, g: g})
+		s.q.push(event{at: e.sentAt + s.attemptTimeout(e), kind: evNetFail, a: ep, g: g})
 		e.resp = reply{err: errLost}
 		return
 	}

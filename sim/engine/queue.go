@@ -13,6 +13,7 @@ const (
 	evNetFail                      // endpoint a's attempt g failed (timeout or refused)
 	evNetResend                    // endpoint a resends after backoff (attempt g failed)
 	evTick                         // maintenance tick for every leased spender
+	evWake                         // leased instance a's machine asked to run now
 	evSample                       // close one time-series bucket
 	evJoin                         // instance a joins the fleet
 	evLeave                        // instance a stops receiving traffic

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
+	"github.com/rationhq/ration/internal/leasedrive"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -26,7 +27,9 @@ type instance struct {
 	lim      *spender.Limiter     // standalone (static, sticky) or leased
 	reg      *prometheus.Registry // the leased spender's metrics
 	ep       int32                // leased: its endpoint
-	call     *spender.Call        // leased: the call being sent
+	m        leasedrive.Machine   // leased: the spender's lease state machine
+	call     leasedrive.Call      // leased: the call being sent
+	wakeAt   int64                // leased: when the machine's next wake is scheduled, virtual µs
 	parked   []int32              // leased: requests waiting on the call
 	inflight int                  // admitted and not yet settled, plus parked
 }
@@ -163,6 +166,9 @@ func (s *sim) setNow(t int64) {
 
 func (s *sim) at(d time.Duration) int64 { return s.now + int64(d/time.Microsecond) }
 
+// instant is the virtual µs of clock time t.
+func (s *sim) instant(t time.Time) int64 { return int64(t.Sub(s.start) / time.Microsecond) }
+
 // loop runs events in time order until none are left or the drain ends.
 func (s *sim) loop() {
 	total := time.Duration(s.stop) * time.Microsecond
@@ -207,6 +213,10 @@ func (s *sim) dispatch(e event) {
 		s.netFail(e.a, e.g)
 	case evNetResend:
 		s.netResend(e.a, e.g)
+	case evWake:
+		if l, ok := s.strat.(*leased); ok {
+			l.wake(s, e.a)
+		}
 	case evTick:
 		s.strat.tick(s)
 		if s.now < s.stop {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/internal/leasedrive"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -35,6 +36,7 @@ type request struct {
 	res      spender.Reservation
 	shadow   spender.Reservation // the ideal bucket's reservation, if it admitted
 	parked   bool                // waiting for its spender's call
+	wait     leasedrive.Wait     // leased: what to ask again with while parked
 	ep       int32               // central: the endpoint deciding it
 	decided  bool
 	fallback bool // admitted under a leased spender's fallback policy
