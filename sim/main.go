@@ -5,7 +5,7 @@
 //
 //	go run ./sim                                   # every scenario and strategy, 5 virtual minutes
 //	go run ./sim -scenario zipf,one -strategies static,leased -instances 16
-//	go run ./sim -out docs/sim -markdown           # what docs/results.md shows
+//	go run ./sim -out docs/sim -markdown           # what docs/performance.md shows
 package main
 
 import (
@@ -54,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	latency := fs.Duration("latency", time.Millisecond, "one-way network latency")
 	jitter := fs.Duration("jitter", 500*time.Microsecond, "added uniform network jitter")
 	loss := fs.Float64("loss", 0, "message loss probability each way (the lossy scenario adds 5%)")
-	callTimeout := fs.Duration("call-timeout", 0, "how long a caller waits for a lost reply; 0: as the spender, ten round trips, at least 25ms")
+	callTimeout := fs.Duration("call-timeout", 0, "how long a central slot waits for a lost reply (leased spenders use their own attempt timeout); 0: ten round trips, at least 25ms")
 	deadline := fs.Duration("deadline", 50*time.Millisecond, "spender slow-path deadline")
 	horizon := fs.Duration("horizon", 2*time.Second, "spender lease horizon")
 	policyHorizon := fs.Duration("policy-horizon", 0, "allocator ShareByRate horizon (0: the TTL)")

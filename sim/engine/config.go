@@ -23,7 +23,8 @@ const (
 	// this is the exact global bucket with a round trip per request.
 	Central Strategy = "central"
 	// Leased is ration: every instance embeds a leased spender.Limiter
-	// driven by manual leasing; the allocator runs in default mode
+	// whose lease state machine the simulator moves; the allocator runs in
+	// default mode
 	// (bound C + rho*(t + TTL)).
 	Leased Strategy = "leased"
 	// LeasedStrict is Leased against a strict allocator (bound C + rho*t).
@@ -50,13 +51,14 @@ func ParseStrategy(s string) (Strategy, error) {
 // Net describes the simulated network between spenders and the allocator.
 // Every message travels Latency plus a uniform jitter in [0, Jitter); each
 // is lost independently with probability Loss. A lost request or reply is
-// noticed by the sender after CallTimeout; a partitioned or down allocator
+// noticed by a central slot after CallTimeout (a leased spender uses its
+// own attempt timeout, as in a gateway); a partitioned or down allocator
 // refuses at once (noticed after one round trip).
 type Net struct {
 	Latency     time.Duration // one-way base latency; default 1ms
 	Jitter      time.Duration // added uniform jitter, [0, Jitter); default 500µs
 	Loss        float64       // probability a message is lost, each way; default 0
-	CallTimeout time.Duration // how long a sender waits for a lost reply; default as the spender's leaser: ten round trips, at least 25ms
+	CallTimeout time.Duration // how long a central slot waits for a lost reply; default ten round trips, at least 25ms
 }
 
 // Config is one simulation run: one scenario, one strategy.

@@ -1,6 +1,8 @@
 // Package engine is ration's skew simulator: it drives the real allocator
 // (allocator.Ledger behind allocator.Service) and the real leased
-// spender.Limiter (built WithManualLeasing) under virtual time and a
+// spender.Limiter's lease state machine (moved by the simulator through
+// internal/leasedrive instead of the Limiter's goroutine) under virtual
+// time and a
 // simulated network, and compares enforcement strategies on identical
 // traffic for one API key.
 //
@@ -38,17 +40,19 @@
 //   - One key per run. The spender iterates maps in its maintenance scan;
 //     with one key (and one shard) that order cannot vary, which is what
 //     makes runs deterministic. Many keys would need that scan ordered.
-//   - Manual leasing: a Reserve that finds its lease short is parked until
-//     its spender's call is answered or fails, or a slow-path deadline
-//     passes; the spender's own pending clock is per key, so a request can
-//     wait up to about two deadlines. Wait mode (ReserveAt) is not driven.
+//   - The spender's state machine is the one a gateway's Limiter runs; the
+//     simulator replaces only its driver. A Reserve that finds its lease
+//     short is parked until its spender's call is answered or fails, or
+//     until the machine's slow-path deadline for that request passes. Wait
+//     mode (ReserveAt) is not driven.
 //   - Close (instances leaving, the end of a run) sends its Release straight
 //     to the allocator, not over the simulated network; an instance that
 //     cannot reach the allocator then just stops and its leases expire.
-//   - A lost message is noticed after Net.CallTimeout (by default ten
-//     round trips, at least 25 ms, as the spender's leaser); a refused one
-//     (outage) after one round trip. Resends back off like the spender's
-//     leaser (10 ms doubling to 1 s, jittered).
+//   - A leased spender's lost message is noticed after the machine's own
+//     attempt timeout (ten measured round trips, at least 25 ms), and the
+//     machine decides when to resend; central's after Net.CallTimeout,
+//     with its own backoff. A refused message (outage) is noticed after one
+//     round trip.
 //   - Which admissions were made under the fallback policy comes from
 //     spender.AdmissionPath, cross-checked against its metrics by a test.
 //   - Central fails closed after the slow-path deadline and gives up the
