@@ -166,7 +166,7 @@ func TestUpstreamDownIs502AndFree(t *testing.T) {
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
 	u, _ := gateway.ParseUpstream(dead.URL)
-	g, err := gateway.New(testKeys(t), newLimiter(), u)
+	g, err := gateway.New(testKeys(t), newLimiter(t), u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestMetricsAndHealth(t *testing.T) {
 
 func TestNewRejectsBadArguments(t *testing.T) {
 	u, _ := gateway.ParseUpstream("http://127.0.0.1:1")
-	if _, err := gateway.New(nil, newLimiter(), u); err == nil {
+	if _, err := gateway.New(nil, newLimiter(t), u); err == nil {
 		t.Error("nil keys accepted")
 	}
 	if _, err := gateway.New(testKeys(t), nil, u); err == nil {

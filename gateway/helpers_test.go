@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/echo"
 	"github.com/rationhq/ration/gateway"
 	"github.com/rationhq/ration/internal/fakeclock"
@@ -52,7 +53,7 @@ func newRig(t testing.TB, upstream http.Handler, opts ...gateway.Option) rig {
 		t.Fatal(err)
 	}
 	opts = append([]gateway.Option{gateway.WithCounter(spenderhttp.TokenizeCounter{BaseURL: up.URL})}, opts...)
-	g, err := gateway.New(testKeys(t), spender.New(clk), u, opts...)
+	g, err := gateway.New(testKeys(t), limiterOn(t, clk), u, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,4 +116,14 @@ func chat(content string, extra string) string {
 }
 
 // newLimiter is a standalone limiter on a frozen clock.
-func newLimiter() *spender.Limiter { return spender.New(fakeclock.New()) }
+func newLimiter(t testing.TB) *spender.Limiter { return limiterOn(t, fakeclock.New()) }
+
+// limiterOn is a standalone limiter on clk.
+func limiterOn(t testing.TB, clk ration.Clock) *spender.Limiter {
+	t.Helper()
+	l, err := spender.New(clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}

@@ -10,7 +10,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/spender"
 )
 
 // The benchmarks compare our two-dimension Reserve+Settle with
@@ -32,7 +31,7 @@ func benchKeys(n int) []string {
 }
 
 func benchOurs(b *testing.B, keys []string) {
-	l := spender.New(ration.SystemClock{})
+	l := newLimiter(b, ration.SystemClock{})
 	c := ration.Amount{Requests: 1, Tokens: 300}
 	used := ration.Amount{Requests: 1, Tokens: 120}
 	b.ReportAllocs()
@@ -98,7 +97,7 @@ func BenchmarkReserveSettle(b *testing.B) {
 func BenchmarkReserveSettleParallel(b *testing.B) {
 	keys := benchKeys(10_000)
 	b.Run("ration", func(b *testing.B) {
-		l := spender.New(ration.SystemClock{})
+		l := newLimiter(b, ration.SystemClock{})
 		c := ration.Amount{Requests: 1, Tokens: 300}
 		used := ration.Amount{Requests: 1, Tokens: 120}
 		var next atomic.Uint64

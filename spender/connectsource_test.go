@@ -81,7 +81,7 @@ func TestDialAllocator(t *testing.T) {
 			t.Fatalf("Acquire with a wrong token = %v, want Unauthenticated", err)
 		}
 		// The real clock: the slow-path deadline and the retries run on it.
-		l := newLeased(t, ration.SystemClock{}, src, spender.WithFallback(spender.FailClosed), spender.WithSlowPathDeadline(50*time.Millisecond))
+		l := newLeased(t, ration.SystemClock{}, src, spender.WithFallback(spender.FailClosed), testTuning(50*time.Millisecond))
 		if _, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
 			t.Fatalf("Reserve with a refused token under FailClosed = %v, want a rejection", err)
 		}

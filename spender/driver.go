@@ -155,7 +155,7 @@ func (d *driver) close(ctx context.Context) error {
 	backoff := 10 * time.Millisecond
 	for {
 		cctx, cancel := context.WithCancel(ctx)
-		t := d.clock.AfterFunc(d.lz.cfg.callTimeout, cancel)
+		t := d.clock.AfterFunc(d.lz.cfg.tuning.CallTimeout, cancel)
 		start := d.l.now()
 		_, err := d.src.Release(cctx, req)
 		t.Stop()

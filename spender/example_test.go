@@ -12,11 +12,14 @@ import (
 	"github.com/rationhq/ration/spender"
 )
 
-// The seed 000 worked example: reserve an estimate, settle the actual
+// The contract's worked example (docs/contract.md): reserve an estimate, settle the actual
 // usage, and tell a client exactly when to come back.
 func ExampleLimiter_Reserve() {
-	clock := fakeclock.New() // spender.SystemClock{} in production
-	l := spender.New(clock)
+	clock := fakeclock.New() // ration.SystemClock{} in production
+	l, err := spender.New(clock)
+	if err != nil {
+		panic(err)
+	}
 	lim := ration.Limits{RPM: 3, TPM: 1000}
 
 	r, err := l.Reserve(context.Background(), "key-1", lim, ration.Amount{Requests: 1, Tokens: 300})
@@ -38,10 +41,13 @@ func ExampleLimiter_Reserve() {
 }
 
 // Wait mode: ten statements go at once, then one every 2 seconds; a caller
-// that cannot wait long enough is refused and reserves nothing (seed 002).
+// that cannot wait long enough is refused and reserves nothing.
 func ExampleLimiter_ReserveAt() {
 	clock := fakeclock.New()
-	l := spender.New(clock)
+	l, err := spender.New(clock)
+	if err != nil {
+		panic(err)
+	}
 	lim := ration.Limits{RPM: 30, BurstRequests: 10} // 10 at once, then one per 2 s
 	for i := range 13 {
 		_, at, err := l.ReserveAt(context.Background(), "vendor", lim, ration.Amount{Requests: 1}, 5*time.Second)
@@ -69,8 +75,14 @@ func ExampleWithLeases() {
 		panic(err)
 	}
 	defer ledger.Close()
-	gw1 := spender.New(clock, spender.WithLeases(allocator.NewService(ledger)), spender.WithSpenderID("gw-1"))
-	gw2 := spender.New(clock, spender.WithLeases(allocator.NewService(ledger)), spender.WithSpenderID("gw-2"))
+	gw1, err := spender.New(clock, spender.WithLeases(allocator.NewService(ledger)), spender.WithSpenderID("gw-1"))
+	if err != nil {
+		panic(err)
+	}
+	gw2, err := spender.New(clock, spender.WithLeases(allocator.NewService(ledger)), spender.WithSpenderID("gw-2"))
+	if err != nil {
+		panic(err)
+	}
 	defer gw1.Close(context.Background())
 	defer gw2.Close(context.Background())
 

@@ -2,6 +2,7 @@ package spender
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -53,28 +54,78 @@ func (p FallbackPolicy) String() string {
 }
 
 type leaseConfig struct {
-	src          LeaseSource
-	spenderID    string
-	epoch        uint64
-	slowDeadline time.Duration
-	window       time.Duration
-	horizon      time.Duration
-	tick         time.Duration
-	callTimeout  time.Duration
-	policy       FallbackPolicy
-	logger       *slog.Logger
-	metrics      *Metrics
+	leased    bool // WithLeases was given
+	src       LeaseSource
+	spenderID string
+	epoch     uint64
+	tuning    LeaseTuning
+	policy    FallbackPolicy
+	logger    *slog.Logger
+	metrics   *Metrics
 }
 
 func defaultLeaseConfig() leaseConfig {
-	return leaseConfig{
-		slowDeadline: 50 * time.Millisecond,
-		window:       time.Millisecond,
-		horizon:      2 * time.Second,
-		tick:         250 * time.Millisecond,
-		callTimeout:  2 * time.Second,
-		policy:       FallbackShare,
+	return leaseConfig{tuning: DefaultLeaseTuning(), policy: FallbackShare}
+}
+
+// LeaseTuning holds a leased Limiter's timing knobs, all in clock time.
+// Start from DefaultLeaseTuning and change what you need; New checks every
+// field.
+type LeaseTuning struct {
+	// SlowPathDeadline bounds how long a Reserve whose lease cannot cover
+	// its cost waits for the allocator before the fallback policy decides.
+	// Positive; default 50ms.
+	SlowPathDeadline time.Duration
+	// BatchWindow is how long a background refresh waits for other keys to
+	// join its Acquire call; a Reserve that is waiting skips it. 0 sends at
+	// once; below SlowPathDeadline; default 1ms.
+	BatchWindow time.Duration
+	// Horizon is how much of a key's observed spend a lease should cover:
+	// a refresh asks for spend rate × Horizon. Longer means fewer allocator
+	// calls per request and more budget parked at this spender. Positive;
+	// default 2s.
+	Horizon time.Duration
+	// MaintenanceInterval is how often the Limiter looks for leases about
+	// to expire (to renew or return them), debts and returns waiting to be
+	// sent, and a way out of fallback. Positive; default 250ms.
+	MaintenanceInterval time.Duration
+	// CallTimeout caps how long one attempt of an allocator call may take
+	// before it is retried (with backoff, same sequence and body). Within
+	// the cap an attempt waits ten measured round trips, at least 25ms.
+	// Positive; default 2s.
+	CallTimeout time.Duration
+}
+
+// DefaultLeaseTuning returns the defaults of every LeaseTuning field.
+func DefaultLeaseTuning() LeaseTuning {
+	return LeaseTuning{
+		SlowPathDeadline:    50 * time.Millisecond,
+		BatchWindow:         time.Millisecond,
+		Horizon:             2 * time.Second,
+		MaintenanceInterval: 250 * time.Millisecond,
+		CallTimeout:         2 * time.Second,
 	}
+}
+
+// Validate reports whether every field is in range; the error wraps
+// ErrInvalidOption and names the field.
+func (t LeaseTuning) Validate() error {
+	bad := func(field string, d time.Duration, want string) error {
+		return fmt.Errorf("%w: WithLeaseTuning: %s is %v, want %s", ErrInvalidOption, field, d, want)
+	}
+	switch {
+	case t.SlowPathDeadline <= 0:
+		return bad("SlowPathDeadline", t.SlowPathDeadline, "a positive duration")
+	case t.BatchWindow < 0 || t.BatchWindow >= t.SlowPathDeadline:
+		return bad("BatchWindow", t.BatchWindow, "0 or more and below SlowPathDeadline")
+	case t.Horizon <= 0:
+		return bad("Horizon", t.Horizon, "a positive duration")
+	case t.MaintenanceInterval <= 0:
+		return bad("MaintenanceInterval", t.MaintenanceInterval, "a positive duration")
+	case t.CallTimeout <= 0:
+		return bad("CallTimeout", t.CallTimeout, "a positive duration")
+	}
+	return nil
 }
 
 // WithLeases makes the Limiter spend leases from src instead of keeping
@@ -84,12 +135,13 @@ func defaultLeaseConfig() leaseConfig {
 // A leased Limiter runs a background goroutine; call Close to return its
 // leases and stop it.
 func WithLeases(src LeaseSource) Option {
-	return optionFunc(func(c *config) { c.lease.src = src })
+	return optionFunc(func(c *config) { c.lease.leased, c.lease.src = true, src })
 }
 
-// WithSpenderID names this spender to the allocator (1 to 128 bytes). The
-// default is the host name, the process id and a random suffix. Holdings
-// are tracked per spender id and epoch.
+// WithSpenderID names this spender to the allocator (1 to 128 bytes of
+// UTF-8). The default is the host name, the process id and a random
+// suffix. Holdings are tracked per spender id and epoch, so two processes
+// must not share one.
 func WithSpenderID(id string) Option {
 	return optionFunc(func(c *config) { c.lease.spenderID = id })
 }
@@ -101,62 +153,10 @@ func WithEpoch(epoch uint64) Option {
 	return optionFunc(func(c *config) { c.lease.epoch = epoch })
 }
 
-// WithSlowPathDeadline bounds how long a Reserve whose lease cannot cover
-// its cost waits for the allocator before the fallback policy decides. The
-// default is 50ms; d <= 0 keeps it.
-func WithSlowPathDeadline(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.lease.slowDeadline = d
-		}
-	})
-}
-
-// WithBatchWindow sets how long a background refresh waits for other keys
-// to join its Acquire call. A Reserve that is waiting skips the window.
-// The default is 1ms; d < 0 keeps it, 0 sends at once.
-func WithBatchWindow(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d >= 0 {
-			c.lease.window = d
-		}
-	})
-}
-
-// WithLeaseHorizon sets how much of a key's observed spend a lease should
-// cover: a refresh asks for spend rate × horizon. Longer means fewer
-// allocator calls per request and more budget parked at this spender. The
-// default is 2s; d <= 0 keeps it.
-func WithLeaseHorizon(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.lease.horizon = d
-		}
-	})
-}
-
-// WithMaintenanceInterval sets how often the background goroutine looks for
-// leases about to expire on idle keys (to return them), debts and returns
-// waiting to be sent, and a way out of fallback. The default is 250ms;
-// d <= 0 keeps it.
-func WithMaintenanceInterval(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.lease.tick = d
-		}
-	})
-}
-
-// WithCallTimeout caps how long one attempt of an allocator call may take
-// before it is retried (with backoff, same sequence and body). Within the
-// cap an attempt waits ten measured round trips, at least 25ms. The
-// default cap is 2s; d <= 0 keeps it.
-func WithCallTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) {
-		if d > 0 {
-			c.lease.callTimeout = d
-		}
-	})
+// WithLeaseTuning sets a leased Limiter's timing knobs (see LeaseTuning).
+// The default is DefaultLeaseTuning().
+func WithLeaseTuning(t LeaseTuning) Option {
+	return optionFunc(func(c *config) { c.lease.tuning = t })
 }
 
 // WithFallback sets the policy for keys without a valid lease while the

@@ -71,7 +71,7 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 		lz.urgent = true
 		lz.mu.Unlock()
 		lz.wake()
-		return nil, time.Time{}, &waiter{ready: job.done, deadline: now.Add(lz.cfg.slowDeadline), job: job}, nil
+		return nil, time.Time{}, &waiter{ready: job.done, deadline: now.Add(lz.cfg.tuning.SlowPathDeadline), job: job}, nil
 	}
 	switch {
 	case ls.notBefore > now:
@@ -91,7 +91,7 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 	}
 	lz.enqueueLocked(st, true, now)
 	if w == nil {
-		w = &waiter{deadline: now.Add(lz.cfg.slowDeadline)}
+		w = &waiter{deadline: now.Add(lz.cfg.tuning.SlowPathDeadline)}
 	}
 	w.ready = ls.wait
 	return nil, time.Time{}, w, nil

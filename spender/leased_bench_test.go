@@ -72,7 +72,7 @@ func benchLeased(b *testing.B, keys []string) {
 }
 
 func benchLeasedOn(b *testing.B, src *countingSource, keys []string) {
-	l := spender.New(ration.SystemClock{}, spender.WithLeases(src))
+	l := newLimiter(b, ration.SystemClock{}, spender.WithLeases(src))
 	defer l.Close(context.Background())
 	c := ration.Amount{Requests: 1, Tokens: 300}
 	used := ration.Amount{Requests: 1, Tokens: 120}
@@ -141,7 +141,7 @@ func shuffledKeys(n int) []string {
 func BenchmarkLeasedSlowPath(b *testing.B) {
 	lim := ration.Limits{RPM: 600, TPM: 60_000}
 	run := func(b *testing.B, src spender.LeaseSource) {
-		l := spender.New(ration.SystemClock{}, spender.WithLeases(src), spender.WithBatchWindow(0))
+		l := newLimiter(b, ration.SystemClock{}, spender.WithLeases(src), testTuning(50*time.Millisecond))
 		defer l.Close(context.Background())
 		b.ReportAllocs()
 		for i := 0; b.Loop(); i++ {

@@ -31,11 +31,29 @@ func newAllocator(t testing.TB, clk ration.Clock, opts ...allocator.Option) *all
 	return allocator.NewService(led)
 }
 
+// newLimiter is spender.New, failing the test on an error.
+func newLimiter(t testing.TB, clk ration.Clock, opts ...spender.Option) *spender.Limiter {
+	t.Helper()
+	l, err := spender.New(clk, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// testTuning is the default lease tuning with no batching window (a key
+// asks at once) and slow-path deadline slow.
+func testTuning(slow time.Duration) spender.Option {
+	lt := spender.DefaultLeaseTuning()
+	lt.BatchWindow, lt.SlowPathDeadline = 0, slow
+	return spender.WithLeaseTuning(lt)
+}
+
 // newLeased returns a leased Limiter on src, closed at the end of the test.
 func newLeased(t testing.TB, clk ration.Clock, src spender.LeaseSource, opts ...spender.Option) *spender.Limiter {
 	t.Helper()
-	base := []spender.Option{spender.WithLeases(src), spender.WithBatchWindow(0), spender.WithSlowPathDeadline(5 * time.Second)}
-	l := spender.New(clk, append(base, opts...)...)
+	base := []spender.Option{spender.WithLeases(src), testTuning(5 * time.Second)}
+	l := newLimiter(t, clk, append(base, opts...)...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -360,7 +378,7 @@ func TestLeasedFailClosedAndOpen(t *testing.T) {
 				var clk bubbleClock
 				n := &simnet{src: newAllocator(t, clk)}
 				n.partitioned.Store(true)
-				l := newLeased(t, clk, n, spender.WithFallback(tc.policy), spender.WithSlowPathDeadline(20*time.Millisecond))
+				l := newLeased(t, clk, n, spender.WithFallback(tc.policy), testTuning(20*time.Millisecond))
 				lim := ration.Limits{RPM: 10}
 				for i := range 50 {
 					_, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1})
@@ -380,12 +398,12 @@ func TestLeasedCloseReturnsLeases(t *testing.T) {
 	clk := fakeclock.New()
 	src := newAllocator(t, clk)
 	lim := ration.Limits{RPM: 100}
-	a := spender.New(clk, spender.WithLeases(src), spender.WithBatchWindow(0))
+	a := newLimiter(t, clk, spender.WithLeases(src), testTuning(5*time.Second))
 	mustReserve(t, a, "k", lim, ration.Amount{Requests: 1}).Settle(ration.Amount{Requests: 1})
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b := spender.New(clk, spender.WithLeases(src), spender.WithBatchWindow(0))
+	b := newLimiter(t, clk, spender.WithLeases(src), testTuning(5*time.Second))
 	defer b.Close(ctx)
 	var wg sync.WaitGroup
 	var got atomic.Int64

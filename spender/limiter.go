@@ -61,8 +61,9 @@ const minSweepLen = 64
 // SystemClock). By default it is standalone: it keeps every key's whole
 // budget in this process. With WithLeases it spends leases from an
 // allocator instead, so that many Limiters share each key's global budget;
-// such a Limiter must be closed with Close.
-func New(clock ration.Clock, opts ...Option) *Limiter {
+// such a Limiter must be closed with Close. An invalid option is an error
+// wrapping ErrInvalidOption that names it; nothing is started then.
+func New(clock ration.Clock, opts ...Option) (*Limiter, error) {
 	if clock == nil {
 		clock = ration.SystemClock{}
 	}
@@ -70,22 +71,26 @@ func New(clock ration.Clock, opts ...Option) *Limiter {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	shards := roundShards(cfg.shards)
 	l := &Limiter{
 		clock:  clock,
 		epoch:  clock.Now(),
 		seed:   maphash.MakeSeed(),
-		shards: make([]shard, cfg.shards),
-		mask:   uint64(cfg.shards - 1),
+		shards: make([]shard, shards),
+		mask:   uint64(shards - 1),
 		sweep:  cfg.sweep,
 	}
 	for i := range l.shards {
 		l.shards[i] = shard{l: l, keys: make(map[string]*keyState), sweepAt: bucket.Instant(0).Add(cfg.sweep), sweepLen: minSweepLen}
 	}
-	if cfg.lease.src != nil {
+	if cfg.lease.leased {
 		l.lz = newLeaser(l, cfg.lease, 0)
 		l.drv = startDriver(l, cfg.lease.src)
 	}
-	return l
+	return l, nil
 }
 
 // Reserve admits cost c for key now, or returns a *RejectError carrying the

@@ -39,7 +39,7 @@ func mustReject(t *testing.T, l *spender.Limiter, key string, lim ration.Limits,
 // TestHandExample is seed 000 §3, every number.
 func TestHandExample(t *testing.T) {
 	clk := fakeclock.New()
-	l := spender.New(clk)
+	l := newLimiter(t, clk)
 	lim := ration.Limits{RPM: 3, TPM: 1000}
 
 	// 1. Reserve 300 tokens (prompt 60 + max_tokens 240).
@@ -85,7 +85,7 @@ func TestHandExample(t *testing.T) {
 // after, and 10 idle minutes bank only 60.
 func TestBurstThenRefill(t *testing.T) {
 	clk := fakeclock.New()
-	l := spender.New(clk)
+	l := newLimiter(t, clk)
 	lim := ration.Limits{RPM: 60}
 	one := ration.Amount{Requests: 1}
 	for i := range 60 {
@@ -124,7 +124,7 @@ func TestBurstThenRefill(t *testing.T) {
 // (10 - (-100)) / 10 = 11 s.
 func TestSettleChargesOverrun(t *testing.T) {
 	clk := fakeclock.New()
-	l := spender.New(clk)
+	l := newLimiter(t, clk)
 	lim := ration.Limits{TPM: 600}
 	r := mustReserve(t, l, "k", lim, ration.Amount{Tokens: 100})
 	r.Settle(ration.Amount{Tokens: 700})
@@ -153,7 +153,7 @@ func TestSettleChargesOverrun(t *testing.T) {
 // cancel after settle do nothing.
 func TestCancelAndSettleOnce(t *testing.T) {
 	clk := fakeclock.New()
-	l := spender.New(clk)
+	l := newLimiter(t, clk)
 	lim := ration.Limits{RPM: 10, TPM: 1000}
 	c := ration.Amount{Requests: 1, Tokens: 400}
 	remaining := func() spender.Status {
@@ -184,7 +184,7 @@ func TestCancelAndSettleOnce(t *testing.T) {
 
 // TestZeroMeansUnlimited: limits of 0 never reject.
 func TestZeroMeansUnlimited(t *testing.T) {
-	l := spender.New(fakeclock.New())
+	l := newLimiter(t, fakeclock.New())
 	for _, lim := range []ration.Limits{{}, {RPM: 0, TPM: 0, BurstTokens: 5}} {
 		for range 10000 {
 			r := mustReserve(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 1 << 40})
@@ -214,7 +214,7 @@ func TestZeroMeansUnlimited(t *testing.T) {
 // TestOversizeCostRejected: 1001 tokens against TPM 1000 is rejected even
 // when the bucket is full; 1000 fits.
 func TestOversizeCostRejected(t *testing.T) {
-	l := spender.New(fakeclock.New())
+	l := newLimiter(t, fakeclock.New())
 	lim := ration.Limits{RPM: 10, TPM: 1000}
 	rej := mustReject(t, l, "k", lim, ration.Amount{Requests: 1, Tokens: 1001})
 	if !rej.Oversize || rej.RetryAfter != 0 || rej.Dimension != spender.Tokens {
@@ -238,7 +238,7 @@ func TestOversizeCostRejected(t *testing.T) {
 
 // TestKeysAreIndependent: key a exhausted, key b untouched.
 func TestKeysAreIndependent(t *testing.T) {
-	l := spender.New(fakeclock.New())
+	l := newLimiter(t, fakeclock.New())
 	lim := ration.Limits{RPM: 5, TPM: 500}
 	for range 5 {
 		mustReserve(t, l, "a", lim, ration.Amount{Requests: 1, Tokens: 100})
@@ -252,7 +252,7 @@ func TestKeysAreIndependent(t *testing.T) {
 
 // TestConcurrentReserve: 1000 goroutines against RPM 100 admit exactly 100.
 func TestConcurrentReserve(t *testing.T) {
-	l := spender.New(fakeclock.New())
+	l := newLimiter(t, fakeclock.New())
 	lim := ration.Limits{RPM: 100, TPM: 1_000_000}
 	var admitted, rejected atomic.Int64
 	var wg sync.WaitGroup

@@ -98,7 +98,7 @@ func (c *leaseCall) method() string {
 }
 
 func newLeaser(l *Limiter, cfg leaseConfig, now bucket.Instant) *leaser {
-	lz := &leaser{l: l, cfg: cfg, log: cfg.logger, id: cfg.spenderID, epoch: cfg.epoch, nextTick: now.Add(cfg.tick)}
+	lz := &leaser{l: l, cfg: cfg, log: cfg.logger, id: cfg.spenderID, epoch: cfg.epoch, nextTick: now.Add(cfg.tuning.MaintenanceInterval)}
 	if lz.log == nil {
 		lz.log = slog.New(slog.DiscardHandler)
 	}
@@ -144,12 +144,12 @@ func (lz *leaser) wake() {
 // so far, at least 25ms, at most the configured call timeout. A lost
 // message is then retried well within the slow-path deadline.
 func (lz *leaser) attemptTimeout() time.Duration {
-	return min(lz.cfg.callTimeout, max(25*time.Millisecond, 10*time.Duration(lz.rtt.Load())))
+	return min(lz.cfg.tuning.CallTimeout, max(25*time.Millisecond, 10*time.Duration(lz.rtt.Load())))
 }
 
 // lead is how long before a lease runs out a refresh should start.
 func (lz *leaser) lead() time.Duration {
-	return 2*time.Duration(lz.rtt.Load()) + lz.cfg.window + 5*time.Millisecond
+	return 2*time.Duration(lz.rtt.Load()) + lz.cfg.tuning.BatchWindow + 5*time.Millisecond
 }
 
 // nextCall returns the call to send at now, or nil. A call stays
@@ -171,7 +171,7 @@ func (lz *leaser) nextCall(now bucket.Instant) *leaseCall {
 	var keys []*keyState
 	var jobs []*aheadJob
 	switch {
-	case len(lz.queue) > 0 && (lz.urgent || now >= lz.queuedAt.Add(lz.cfg.window)):
+	case len(lz.queue) > 0 && (lz.urgent || now >= lz.queuedAt.Add(lz.cfg.tuning.BatchWindow)):
 		n := min(len(lz.queue), ration.MaxBatch)
 		keys = lz.queue[:n:n]
 		lz.queue = lz.queue[n:]
@@ -232,7 +232,7 @@ func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall 
 		held := ls.avail.Add(ls.outstanding).Positive()
 		c.acquire.Keys = append(c.acquire.Keys, &leasev1.KeyAcquire{
 			Key: st.key, Limits: toLimits(st.lim),
-			Want:      toAmount(ls.want(st.lim, lz.cfg.horizon)),
+			Want:      toAmount(ls.want(st.lim, lz.cfg.tuning.Horizon)),
 			Need:      toAmount(ls.need(st.lim)),
 			SpendRate: toAmount(ration.Amount{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)}),
 			Returned:  toAmount(ls.ret),
@@ -314,7 +314,7 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 	jitter := time.Duration(lz.rng.Int64N(int64(c.backoff)/2 + 1))
 	c.resendAt = now.Add(c.backoff/2 + jitter)
 	c.backoff = min(2*c.backoff, time.Second)
-	unreachable := c.fails >= 3 || now.Sub(c.sent) >= lz.cfg.slowDeadline
+	unreachable := c.fails >= 3 || now.Sub(c.sent) >= lz.cfg.tuning.SlowPathDeadline
 	lz.mu.Unlock()
 	if unreachable {
 		lz.giveUp(c, now)
@@ -493,7 +493,7 @@ func (lz *leaser) tick(now bucket.Instant) {
 	lz.mu.Lock()
 	due := now >= lz.nextTick
 	if due {
-		lz.nextTick = now.Add(lz.cfg.tick)
+		lz.nextTick = now.Add(lz.cfg.tuning.MaintenanceInterval)
 	}
 	lz.mu.Unlock()
 	if due {
@@ -515,7 +515,7 @@ func (lz *leaser) nextWake(now bucket.Instant) bucket.Instant {
 	case len(lz.queue) > 0 && lz.urgent, len(lz.aheads) > 0:
 		at = now
 	case len(lz.queue) > 0:
-		at = min(at, lz.queuedAt.Add(lz.cfg.window))
+		at = min(at, lz.queuedAt.Add(lz.cfg.tuning.BatchWindow))
 	}
 	return at
 }
@@ -523,7 +523,7 @@ func (lz *leaser) nextWake(now bucket.Instant) bucket.Instant {
 // maintain scans every key. With force, every key with anything to report
 // is queued.
 func (lz *leaser) maintain(now bucket.Instant, force bool) {
-	soon := now.Add(2*lz.cfg.tick + lz.lead())
+	soon := now.Add(2*lz.cfg.tuning.MaintenanceInterval + lz.lead())
 	var held int
 	for i := range lz.l.shards {
 		sh := &lz.l.shards[i]
@@ -537,14 +537,14 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 			ls.valid(now)
 			send := force && (ls.debt != ration.Amount{} || ls.ret != ration.Amount{} || ls.avail != ration.Amount{})
 			if ls.avail != (ration.Amount{}) && ls.expiry <= soon {
-				if now.Sub(ls.lastUse) > lz.cfg.horizon {
+				if now.Sub(ls.lastUse) > lz.cfg.tuning.Horizon {
 					ls.ret = ls.ret.Add(ls.avail) // idle: give it back before it is lost
 					ls.avail = ration.Amount{}
 				}
 				send = true
 			}
 			if ls.debt != (ration.Amount{}) || ls.ret != (ration.Amount{}) {
-				send = send || now.Sub(ls.lastUse) > lz.cfg.tick || lz.fallback.Load()
+				send = send || now.Sub(ls.lastUse) > lz.cfg.tuning.MaintenanceInterval || lz.fallback.Load()
 			}
 			if send {
 				lz.enqueueLocked(st, force, now)

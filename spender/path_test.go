@@ -10,7 +10,7 @@ import (
 
 func TestAdmissionPath(t *testing.T) {
 	clk := fakeclock.New()
-	standalone := spender.New(clk)
+	standalone := newLimiter(t, clk)
 	if p := spender.AdmissionPath(mustReserve(t, standalone, "k", ration.Limits{RPM: 1}, ration.Amount{Requests: 1})); p != spender.PathStandalone {
 		t.Errorf("standalone path %q", p)
 	}

@@ -17,7 +17,7 @@ import (
 // (RPM 60) and its state is dropped at the next sweep.
 func TestIdleKeysAreDropped(t *testing.T) {
 	clk := fakeclock.New()
-	l := spender.New(clk, spender.WithSweepInterval(10*time.Second))
+	l := newLimiter(t, clk, spender.WithSweepInterval(10*time.Second))
 	lim := ration.Limits{RPM: 60, TPM: 6000}
 	n := 1_000_000
 	if testing.Short() {
@@ -58,7 +58,7 @@ func TestIdleKeysAreDropped(t *testing.T) {
 // (full again) still charges its overrun to the key.
 func TestDroppedStateSettlesExactly(t *testing.T) {
 	clk := fakeclock.New()
-	l := spender.New(clk, spender.WithShards(1), spender.WithSweepInterval(time.Second))
+	l := newLimiter(t, clk, spender.WithShards(1), spender.WithSweepInterval(time.Second))
 	lim := ration.Limits{TPM: 600}
 	r := mustReserve(t, l, "k", lim, ration.Amount{Tokens: 100})
 	clk.Advance(time.Minute)
@@ -76,7 +76,7 @@ func TestDroppedStateSettlesExactly(t *testing.T) {
 // calls; the bucket follows without minting tokens.
 func TestLimitsChangeWithoutMinting(t *testing.T) {
 	clk := fakeclock.New()
-	l := spender.New(clk)
+	l := newLimiter(t, clk)
 	small := ration.Limits{RPM: 10, TPM: 1000}
 	big := ration.Limits{RPM: 100, TPM: 100_000}
 	mustReserve(t, l, "k", small, ration.Amount{Requests: 1, Tokens: 900}) // 100 left
@@ -109,7 +109,7 @@ func TestLimitsChangeWithoutMinting(t *testing.T) {
 // TestBadInputChangesNothing: each class of bad input gets its sentinel and
 // leaves the key's budget untouched.
 func TestBadInputChangesNothing(t *testing.T) {
-	l := spender.New(fakeclock.New())
+	l := newLimiter(t, fakeclock.New())
 	lim := ration.Limits{RPM: 10, TPM: 1000}
 	for _, tc := range []struct {
 		name string

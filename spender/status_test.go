@@ -21,7 +21,7 @@ func TestReservationStatusIsAdmissionTime(t *testing.T) {
 		name string
 		make func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter
 	}{
-		{"standalone", func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter { return spender.New(clk) }},
+		{"standalone", func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter { return newLimiter(t, clk) }},
 		{"leased", func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter {
 			return newLeased(t, clk, newAllocator(t, clk))
 		}},

@@ -18,7 +18,7 @@ const none = -1
 // "send now, at t, or not in time". A bucket of capacity c refilled one
 // token every e seconds is Limits{RPM: 60/e, BurstRequests: c}.
 func TestWaitModeSeedCases(t *testing.T) {
-	runWaitModeCases(t, func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter { return spender.New(clk) })
+	runWaitModeCases(t, func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter { return newLimiter(t, clk) })
 }
 
 // runWaitModeCases runs the seed 002 cases on Limiters made by newLimiter.
@@ -101,7 +101,7 @@ func runWaitModeCases(t *testing.T, newLimiter func(*testing.T, *fakeclock.Clock
 // wait it would have needed, and the next caller is not delayed by it.
 func TestWaitModeRefusalReservesNothing(t *testing.T) {
 	clk := fakeclock.New()
-	l := spender.New(clk)
+	l := newLimiter(t, clk)
 	lim := ration.Limits{TPM: 60} // one token a second
 	if _, when, err := l.ReserveAt(ctx, "k", lim, ration.Amount{Tokens: 60}, 0); err != nil || !when.Equal(clk.Now()) {
 		t.Fatalf("first = %v, %v; want now", when, err)

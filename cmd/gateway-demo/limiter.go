@@ -30,7 +30,7 @@ func newLimiter(i int, src spender.LeaseSource, clock ration.Clock, reg promethe
 		spender.WithSpenderID(fmt.Sprintf("gateway-demo-%d", i+1)),
 		spender.WithMetrics(m),
 		spender.WithLogger(log.With("instance", i+1)),
-	), nil
+	)
 }
 
 // leaseSource is where the instances get leases, and how to let go of it.

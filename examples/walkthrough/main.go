@@ -27,7 +27,10 @@ func main() {
 func run() error {
 	ctx := context.Background()
 	clock := fakeclock.New()
-	l := spender.New(clock)
+	l, err := spender.New(clock)
+	if err != nil {
+		return err
+	}
 
 	fmt.Println("Worked example (docs/contract.md): key k with RPM 3 and TPM 1000, t = 0")
 	lim := ration.Limits{RPM: 3, TPM: 1000}

@@ -121,14 +121,15 @@ func (c Config) withDefaults() Config {
 	if c.TTL <= 0 {
 		c.TTL = 10 * time.Second
 	}
+	lt := spender.DefaultLeaseTuning()
 	if c.SlowDeadline <= 0 {
-		c.SlowDeadline = 50 * time.Millisecond
+		c.SlowDeadline = lt.SlowPathDeadline
 	}
 	if c.Horizon <= 0 {
-		c.Horizon = 2 * time.Second
+		c.Horizon = lt.Horizon
 	}
 	if c.Tick <= 0 {
-		c.Tick = 250 * time.Millisecond
+		c.Tick = lt.MaintenanceInterval
 	}
 	if c.SeriesStep <= 0 {
 		c.SeriesStep = time.Second

@@ -32,14 +32,12 @@ func (leased) join(s *sim, i int32) {
 		panic(err) // a fresh registry cannot hold a duplicate
 	}
 	tap := &releaseTap{svc: s.svc, s: s}
-	in.lim = spender.New(s.clk,
+	in.lim = mustLimiter(s.clk,
 		spender.WithShards(1), // one key: one shard keeps maintenance cheap
 		spender.WithLeases(tap),
 		spender.WithSpenderID(fmt.Sprintf("gw-%d", i)),
 		spender.WithEpoch(1),
-		spender.WithSlowPathDeadline(s.cfg.SlowDeadline),
-		spender.WithLeaseHorizon(s.cfg.Horizon),
-		spender.WithMaintenanceInterval(s.cfg.Tick),
+		spender.WithLeaseTuning(s.cfg.leaseTuning()),
 		spender.WithFallback(s.cfg.Fallback),
 		spender.WithMetrics(m),
 	)

@@ -97,6 +97,9 @@ func newSim(cfg Config) (*sim, error) {
 	if cfg.Scenario.Tokens && lims.TPM == 0 || !cfg.Scenario.Tokens && lims.RPM == 0 {
 		return nil, fmt.Errorf("engine: scenario %s is bound by %v, but limits %+v leave it unlimited", cfg.Scenario.Name, cfg.Scenario.Dim(), lims)
 	}
+	if err := cfg.leaseTuning().Validate(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	clk := fakeclock.New()
 	s := &sim{
 		cfg:   cfg,
@@ -110,7 +113,7 @@ func newSim(cfg Config) (*sim, error) {
 	}
 	s.stop = s.end + int64((cfg.TTL+cfg.Horizon+5*time.Second)/time.Microsecond)
 	s.outFrom, s.outTo = cfg.Scenario.outage(cfg.Duration)
-	s.shadow = spender.New(clk, spender.WithShards(1))
+	s.shadow = mustLimiter(clk, spender.WithShards(1))
 	s.col.init(s)
 
 	switch cfg.Strategy {
@@ -154,6 +157,24 @@ func newSim(cfg Config) (*sim, error) {
 		s.q.push(event{at: int64(cfg.Tick / time.Microsecond), kind: evTick})
 	}
 	return s, nil
+}
+
+// mustLimiter is spender.New for options the configuration has already
+// checked (newSim validates the lease tuning).
+func mustLimiter(clk *fakeclock.Clock, opts ...spender.Option) *spender.Limiter {
+	l, err := spender.New(clk, opts...)
+	if err != nil {
+		panic(fmt.Sprintf("engine: %v", err)) // unreachable: the options were validated
+	}
+	return l
+}
+
+// leaseTuning is the leased spenders' timing: the spender's defaults with
+// the configured deadline, horizon and maintenance interval.
+func (c Config) leaseTuning() spender.LeaseTuning {
+	t := spender.DefaultLeaseTuning()
+	t.SlowPathDeadline, t.Horizon, t.MaintenanceInterval = c.SlowDeadline, c.Horizon, c.Tick
+	return t
 }
 
 // setNow moves the virtual clock (and the shared fake clock) to t.

@@ -26,7 +26,7 @@ type standalone struct {
 }
 
 func (standalone) join(s *sim, i int32) {
-	s.insts[i].lim = spender.New(s.clk, spender.WithShards(1))
+	s.insts[i].lim = mustLimiter(s.clk, spender.WithShards(1))
 }
 
 func (standalone) leave(*sim, int32)           {}

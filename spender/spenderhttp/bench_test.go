@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -52,6 +51,6 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 	b.Run("bare", func(b *testing.B) { run(b, handler) })
 	b.Run("middleware", func(b *testing.B) {
-		run(b, spenderhttp.Middleware(spender.New(ration.SystemClock{}), nil)(handler))
+		run(b, spenderhttp.Middleware(newLimiter(b, ration.SystemClock{}), nil)(handler))
 	})
 }

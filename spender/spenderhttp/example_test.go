@@ -14,7 +14,10 @@ import (
 )
 
 func Example() {
-	limiter := spender.New(fakeclock.New()) // a clock that stands still, so the output is fixed
+	limiter, err := spender.New(fakeclock.New()) // a clock that stands still, so the output is fixed
+	if err != nil {
+		panic(err)
+	}
 	// counter would be spenderhttp.TokenizeCounter{BaseURL: engineURL};
 	// nil estimates prompts at bytes/4.
 	limit := spenderhttp.Middleware(limiter, nil)

@@ -87,9 +87,9 @@ func (rr *recordingReservation) Cancel() {
 }
 
 // newRecorder returns a real Limiter on a fake clock, wrapped to record.
-func newRecorder() (*recordingReserver, *fakeclock.Clock) {
+func newRecorder(t testing.TB) (*recordingReserver, *fakeclock.Clock) {
 	clk := newClock()
-	return &recordingReserver{Reserver: spender.New(clk)}, clk
+	return &recordingReserver{Reserver: newLimiter(t, clk)}, clk
 }
 
 // authed returns a handler that sets p as the principal and runs h: the
@@ -155,4 +155,14 @@ func chat(extra string) string {
 		b += "," + extra
 	}
 	return b + "}"
+}
+
+// newLimiter is spender.New, failing the test on an error.
+func newLimiter(t testing.TB, clk ration.Clock, opts ...spender.Option) *spender.Limiter {
+	t.Helper()
+	l, err := spender.New(clk, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

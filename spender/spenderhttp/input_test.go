@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -60,7 +59,7 @@ func TestMiddlewareBadInput(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec, _ := newRecorder()
+			rec, _ := newRecorder(t)
 			next := &echoHandler{}
 			h := authed(tt.principal, spenderhttp.Middleware(rec, nil, tt.opts...)(next))
 			w := do(h, tt.body)
@@ -91,7 +90,7 @@ func TestMiddlewareBadInput(t *testing.T) {
 }
 
 func TestMiddlewareDeclaredLengthOverCapIsNotRead(t *testing.T) {
-	rec, _ := newRecorder()
+	rec, _ := newRecorder(t)
 	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 1}},
 		spenderhttp.Middleware(rec, nil, spenderhttp.WithMaxBodyBytes(10))(&echoHandler{}))
 	body := &countingReader{r: strings.NewReader(strings.Repeat("x", 100))}
@@ -116,7 +115,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func TestMiddlewareOversizeCost(t *testing.T) {
-	rec, _ := newRecorder()
+	rec, _ := newRecorder(t)
 	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 10, TPM: 1000}},
 		spenderhttp.Middleware(rec, nil)(&echoHandler{}))
 	w := do(h, chat(`"max_tokens":991`)) // 10 + 991 = 1001 > 1000
@@ -178,7 +177,7 @@ func TestMiddlewareSettlement(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec, _ := newRecorder()
+			rec, _ := newRecorder(t)
 			h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 10, TPM: 1000}},
 				spenderhttp.Middleware(rec, nil)(tt.handler))
 			do(h, chat(`"max_tokens":100`))
@@ -190,7 +189,7 @@ func TestMiddlewareSettlement(t *testing.T) {
 }
 
 func TestMiddlewarePanicBeforeWritingCancels(t *testing.T) {
-	rec, _ := newRecorder()
+	rec, _ := newRecorder(t)
 	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 1}},
 		spenderhttp.Middleware(rec, nil)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
 			panic(http.ErrAbortHandler)
@@ -229,7 +228,7 @@ func TestMiddlewareBoundedOverrun(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rec, _ := newRecorder()
+			rec, _ := newRecorder(t)
 			next := &echoHandler{}
 			h := authed(spenderhttp.Principal{KeyID: "k", Limits: tt.limits}, spenderhttp.Middleware(rec, nil, tt.opts...)(next))
 			if w := do(h, tt.body); w.Code != 200 {
@@ -254,7 +253,7 @@ func TestMiddlewareBoundedOverrun(t *testing.T) {
 
 func TestMiddlewareOptionalHeaders(t *testing.T) {
 	clk := newClock()
-	lim := spender.New(clk)
+	lim := newLimiter(t, clk)
 	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 3, TPM: 1000}},
 		spenderhttp.Middleware(lim, nil, spenderhttp.WithAnthropicHeaders(), spenderhttp.WithIETFHeaders(), spenderhttp.WithClock(clk))(&echoHandler{}))
 	// Seed 000 §3: 300 tokens reserved (10 prompt + 290).

@@ -23,7 +23,7 @@ func TestMiddlewareOnLeasedLimiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer led.Close()
-	lim := spender.New(clk, spender.WithLeases(allocator.NewService(led)), spender.WithBatchWindow(0))
+	lim := newLimiter(t, clk, spender.WithLeases(allocator.NewService(led)))
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

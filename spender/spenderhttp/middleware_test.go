@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -22,7 +21,7 @@ var fiveHeaders = []string{
 
 func TestMiddleware429Headers(t *testing.T) {
 	clk := newClock()
-	lim := spender.New(clk)
+	lim := newLimiter(t, clk)
 	p := spenderhttp.Principal{KeyID: "k1", Tenant: "t", Limits: ration.Limits{RPM: 2, TPM: 100000}}
 	h := authed(p, spenderhttp.Middleware(lim, nil)(jsonHandler(200, `{"usage":{"total_tokens":5}}`)))
 
@@ -87,7 +86,7 @@ func TestMiddleware429Headers(t *testing.T) {
 }
 
 func TestMiddlewareSettlesActualUsage(t *testing.T) {
-	rec, _ := newRecorder()
+	rec, _ := newRecorder(t)
 	p := spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 100, TPM: 1000}}
 	// Estimate: 40 bytes of prompt = 10 tokens, plus max_tokens 200.
 	h := authed(p, spenderhttp.Middleware(rec, nil)(jsonHandler(200,
@@ -112,7 +111,7 @@ func TestMiddlewareSettlesActualUsage(t *testing.T) {
 }
 
 func TestMiddlewareCancelsOn5xx(t *testing.T) {
-	rec, _ := newRecorder()
+	rec, _ := newRecorder(t)
 	p := spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 1, TPM: 1000}}
 	fail := authed(p, spenderhttp.Middleware(rec, nil)(jsonHandler(503,
 		`{"error":{"message":"no engine","type":"server_error","param":null,"code":null}}`)))
@@ -142,7 +141,7 @@ func TestMiddlewareCancelsOn5xx(t *testing.T) {
 }
 
 func TestMiddleware5xxWithUsageSettles(t *testing.T) {
-	rec, _ := newRecorder()
+	rec, _ := newRecorder(t)
 	p := spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 10, TPM: 1000}}
 	h := authed(p, spenderhttp.Middleware(rec, nil)(jsonHandler(500, `{"usage":{"total_tokens":33}}`)))
 	do(h, chat(""))
@@ -164,7 +163,7 @@ func equalEvents(a, b []event) bool {
 }
 
 func TestNoPrincipalPassesThrough(t *testing.T) {
-	rec, _ := newRecorder()
+	rec, _ := newRecorder(t)
 	var seen []string
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -195,7 +194,7 @@ func TestNoPrincipalPassesThrough(t *testing.T) {
 }
 
 func TestMiddlewareKeysByKeyID(t *testing.T) {
-	rec, _ := newRecorder()
+	rec, _ := newRecorder(t)
 	lim := ration.Limits{RPM: 1, TPM: 1000}
 	mw := spenderhttp.Middleware(rec, nil)
 	next := jsonHandler(200, `{"usage":{"total_tokens":1}}`)

@@ -81,7 +81,7 @@ func newGateway(t *testing.T, e *engine, p spenderhttp.Principal) *gateway {
 	u, _ := url.Parse(g.engine.URL)
 	proxy := httputil.NewSingleHostReverseProxy(u)
 	proxy.ErrorLog = nil
-	g.rec, _ = newRecorder()
+	g.rec, _ = newRecorder(t)
 	g.rec.notify = g.settled
 	g.front = httptest.NewServer(authed(p, spenderhttp.Middleware(g.rec, nil)(proxy)))
 	return g
@@ -289,7 +289,7 @@ func TestStreamFlushedWithoutHandlerFlush(t *testing.T) {
 			fmt.Fprintf(w, "data: %s\n\n", ev)
 		}
 	})
-	rec, _ := newRecorder()
+	rec, _ := newRecorder(t)
 	front := httptest.NewServer(authed(streamKey, spenderhttp.Middleware(rec, nil)(handler)))
 	defer front.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
