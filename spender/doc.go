@@ -21,12 +21,13 @@
 // Wait mode (ReserveAt) answers "send now, send at t, or not in time":
 // it reserves at once for the earliest time the cost is covered, and
 // refuses without reserving when that is further away than the caller can
-// wait (seed 002).
+// wait.
 //
 // # Guarantees
 //
-//   - Exact: the arithmetic is integer fixed point; seed 000 §3 and the
-//     seed 002 cases hold to the digit and nothing drifts.
+//   - Exact: the arithmetic is integer fixed point; the worked example and
+//     the wait-mode cases of docs/contract.md hold to the digit and nothing
+//     drifts.
 //   - Bounded: admitted cost in any window of length t is at most
 //     C + ρ·t per key and dimension (plus overruns charged after the fact).
 //   - Concurrent: a Limiter and its Reservations are safe for concurrent
@@ -37,6 +38,17 @@
 //     refund reads no clock at all.
 //
 // # Caveats
+//
+// # Leased mode
+//
+// With WithLeases, a key's budget is global, held by an allocator; the
+// Limiter admits only what it was granted. Its lease logic is one state
+// machine that takes the time as an input and does no I/O; one goroutine
+// moves it, sending its calls over the LeaseSource and sleeping on the
+// Clock until the machine next needs it. A Reserve whose lease cannot
+// cover its cost waits, on the Clock, for the allocator's answer or the
+// slow-path deadline (LeaseTuning), after which the fallback policy
+// decides. Close returns the unspent leases.
 //
 // Limits are passed with every call, because they live on the key record;
 // the Limiter follows changes without minting tokens. Keys are budgets per

@@ -10,12 +10,6 @@ import (
 
 // keyState is one key's pair of buckets. It is guarded by its shard's
 // mutex. A dimension whose rate is 0 has no bucket and is never consulted.
-//
-// The fields every admission reads come first and fill one cache line
-// (key, lim, ls, kl: 64 bytes), then the buckets; the rest is read only on
-// a hash collision, by sweeps and by slow paths, so an admission touches as
-// few cache lines as it can (TestLeasedKeyLayout; numbers in
-// docs/results.md).
 type keyState struct {
 	key string
 	lim ration.Limits

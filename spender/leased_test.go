@@ -121,7 +121,7 @@ func (n *simnet) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*lease
 }
 
 // TestLeasedHandExample: with one spender and the in-process allocator the
-// seed 000 worked example holds to the digit: the spender asks for its
+// worked example of docs/contract.md holds to the digit: the spender asks for its
 // shortfall, so the allocator's wait is the exact global one.
 func TestLeasedHandExample(t *testing.T) {
 	clk := fakeclock.New()
@@ -150,7 +150,7 @@ func TestLeasedHandExample(t *testing.T) {
 }
 
 // TestLeasedWaitModeSeedCases: wait mode on a leased Limiter goes to the
-// allocator's reserve-ahead and keeps the nine seed 002 answers.
+// allocator's reserve-ahead and keeps the nine wait-mode answers of docs/contract.md.
 func TestLeasedWaitModeSeedCases(t *testing.T) {
 	runWaitModeCases(t, func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter {
 		return newLeased(t, clk, newAllocator(t, clk))

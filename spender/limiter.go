@@ -106,7 +106,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, lim ration.Limits, c 
 	return r, nil
 }
 
-// ReserveAt is wait mode (seed 002): it reserves c for key at the earliest
+// ReserveAt is wait mode: it reserves c for key at the earliest
 // time it is covered and returns that time (the clock's now when it already
 // is). The reservation is made at once, so the key's level may go negative
 // and the next caller is told a later time. When the time would be later

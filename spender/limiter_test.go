@@ -36,7 +36,7 @@ func mustReject(t *testing.T, l *spender.Limiter, key string, lim ration.Limits,
 	return rej
 }
 
-// TestHandExample is seed 000 §3, every number.
+// TestHandExample is the worked example of docs/contract.md, every number.
 func TestHandExample(t *testing.T) {
 	clk := fakeclock.New()
 	l := newLimiter(t, clk)

@@ -29,7 +29,8 @@ import (
 //	returned_total{dimension}      requests and tokens the allocator credited back
 //	usage_ratio                    actual tokens over reserved tokens at Settle:
 //	                               how much the estimate (prompt + max_tokens)
-//	                               over-reserves (seed 004's thirteen-fold)
+//	                               over-reserves (declaring 4096 and using 300
+//	                               reserves about thirteen times the spend)
 type Metrics struct {
 	admittedLocal, admittedSlow, admittedFallback, admittedAhead prometheus.Counter
 	rejectedLimited, rejectedOversize, rejectedClosed            prometheus.Counter

@@ -34,7 +34,7 @@ func TestReservationStatusIsAdmissionTime(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := r1.Status()
-			// Seed 000 §3, first request: 2 requests and 700 tokens left,
+			// The worked example, first request: 2 requests and 700 tokens left,
 			// tokens full again in 18 s, requests in 20 s.
 			if want.RemainingRequests != 2 || want.RemainingTokens != 700 || want.LimitTokens != 1000 ||
 				want.ResetTokens != 18*time.Second || want.ResetRequests != 20*time.Second {

@@ -11,17 +11,17 @@ import (
 	"github.com/rationhq/ration/spender"
 )
 
-// none marks a request refused in wait mode (seed 002's None).
+// none marks a request refused in wait mode (the contract's "not in time").
 const none = -1
 
-// TestWaitModeSeedCases runs the nine seed 002 cases against ReserveAt:
+// TestWaitModeSeedCases runs the nine wait-mode cases of docs/contract.md against ReserveAt:
 // "send now, at t, or not in time". A bucket of capacity c refilled one
 // token every e seconds is Limits{RPM: 60/e, BurstRequests: c}.
 func TestWaitModeSeedCases(t *testing.T) {
 	runWaitModeCases(t, func(t *testing.T, clk *fakeclock.Clock) *spender.Limiter { return newLimiter(t, clk) })
 }
 
-// runWaitModeCases runs the seed 002 cases on Limiters made by newLimiter.
+// runWaitModeCases runs the wait-mode cases on Limiters made by newLimiter.
 func runWaitModeCases(t *testing.T, newLimiter func(*testing.T, *fakeclock.Clock) *spender.Limiter) {
 	zeros := func(n int) []int64 { return make([]int64, n) }
 	steps := func(from, to, step int64) []int64 {

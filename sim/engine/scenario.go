@@ -46,7 +46,7 @@ type Scenario struct {
 
 	// Tokens makes requests carry a token cost: a prompt of 10 to 50
 	// tokens plus a declared max_tokens of 4096 are reserved, the actual
-	// output averages 300 tokens (seed 004); TPM is the binding limit and
+	// output averages 300 tokens; TPM is the binding limit and
 	// requests are not limited.
 	Tokens bool
 

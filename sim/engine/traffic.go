@@ -10,7 +10,7 @@ import (
 	"github.com/rationhq/ration/spender"
 )
 
-// Token-scenario parameters (seed 004): requests declare max_tokens 4096
+// Token-scenario parameters: requests declare max_tokens 4096
 // but produce 300 output tokens on average.
 const (
 	declaredMaxTokens = 4096

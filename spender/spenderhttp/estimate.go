@@ -8,7 +8,7 @@ import (
 
 // DefaultCompletionTokens is the completion budget, in tokens, that
 // EstimateCost reserves per choice when a request sets neither
-// max_completion_tokens nor max_tokens (seed 000 §2.2).
+// max_completion_tokens nor max_tokens (docs/contract.md).
 const DefaultCompletionTokens = 256
 
 // EstimateCost returns what a request body is expected to cost before it

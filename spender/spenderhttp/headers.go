@@ -30,7 +30,7 @@ const (
 	hdrIETF       = "Ratelimit"
 )
 
-// SetHeaders writes a key's budget into h as OpenAI does (seed 000 §2.3):
+// SetHeaders writes a key's budget into h as OpenAI does (docs/contract.md):
 //
 //	x-ratelimit-limit-requests      request bucket capacity
 //	x-ratelimit-remaining-requests  whole requests left, at least 0

@@ -11,7 +11,7 @@ import (
 
 func TestSetHeaders(t *testing.T) {
 	clk := newClock()
-	// Seed 000 §3 step 1: RPM 3, TPM 1000, after reserving 300 tokens.
+	// The worked example, step 1: RPM 3, TPM 1000, after reserving 300 tokens.
 	hand := spender.Status{LimitRequests: 3, RemainingRequests: 2, LimitTokens: 1000, RemainingTokens: 700,
 		ResetTokens: 18 * time.Second, ResetRequests: 20 * time.Second}
 	tests := []struct {

@@ -256,7 +256,7 @@ func TestMiddlewareOptionalHeaders(t *testing.T) {
 	lim := newLimiter(t, clk)
 	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 3, TPM: 1000}},
 		spenderhttp.Middleware(lim, nil, spenderhttp.WithAnthropicHeaders(), spenderhttp.WithIETFHeaders(), spenderhttp.WithClock(clk))(&echoHandler{}))
-	// Seed 000 §3: 300 tokens reserved (10 prompt + 290).
+	// The worked example: 300 tokens reserved (10 prompt + 290).
 	w := do(h, chat(`"max_tokens":290`))
 	want := map[string]string{
 		"x-ratelimit-reset-tokens":             "18s",
