@@ -3,7 +3,6 @@ package spender_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,12 +10,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect/v2"
-	"connectrpc.com/connect/v2/connecthttp"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
-	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
+	"github.com/rationhq/ration/internal/testserve"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -31,21 +29,9 @@ func serveAllocator(t *testing.T, clk *fakeclock.Clock, token string) string {
 // returns its base URL.
 func serveService(t testing.TB, svc *allocator.Service, token string) string {
 	t.Helper()
-	srv := connect.NewServer(allocator.BearerAuth([]string{token}))
-	leasev1connect.RegisterLeaseServiceHandler(srv, svc)
 	mux := http.NewServeMux()
-	connecthttp.Mount(mux, srv)
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: mux, Protocols: p}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
-	return "http://" + ln.Addr().String()
+	allocator.Mount(mux, svc, allocator.BearerAuth([]string{token}))
+	return testserve.H2C(t, mux)
 }
 
 // TestDialAllocator: a leased Limiter over the network, in each protocol,

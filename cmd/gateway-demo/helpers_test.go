@@ -1,36 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/gateway"
+	"github.com/rationhq/ration/internal/testserve"
 )
-
-// syncBuffer collects logs from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // writeKeys writes keys as a keys file in a temp dir and returns its path.
 func writeKeys(t *testing.T, keys []gateway.Key) string {
@@ -63,7 +44,7 @@ func testConfig(t *testing.T, instances int, keysFile string) config {
 // its logs if the test failed.
 func startFleet(t *testing.T, cfg config, clock ration.Clock) *fleet {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testserve.SyncBuffer{}
 	f, err := start(t.Context(), cfg, deps{clock: clock, logOut: logs})
 	if err != nil {
 		t.Fatal(err)

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -12,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect/v2"
-	"connectrpc.com/connect/v2/connecthttp"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/gateway"
-	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
+	"github.com/rationhq/ration/internal/testserve"
 )
 
 // startAllocator serves a real allocator (bbolt ledger in a temp dir) over
@@ -33,26 +29,14 @@ func startAllocator(t *testing.T, ttl time.Duration) (url, tokenFile string) {
 	if err := os.WriteFile(tokenFile, []byte("# allocator token\ntest-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cs := connect.NewServer(allocator.BearerAuth([]string{"test-token"}))
-	leasev1connect.RegisterLeaseServiceHandler(cs, allocator.NewService(led))
-	mux := http.NewServeMux()
-	connecthttp.Mount(mux, cs)
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: mux, Protocols: p}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { // after the fleet (registered later, so stopped first) returned its leases
-		_ = srv.Shutdown(context.Background())
+	t.Cleanup(func() { // last: after the server, and the fleet (registered later) returned its leases
 		if err := led.Close(); err != nil {
 			t.Errorf("closing the ledger: %v", err)
 		}
 	})
-	return "http://" + ln.Addr().String(), tokenFile
+	mux := http.NewServeMux()
+	allocator.Mount(mux, allocator.NewService(led), allocator.BearerAuth([]string{"test-token"}))
+	return testserve.H2C(t, mux), tokenFile
 }
 
 // TestSkewedTrafficSharesOneBudget is the end-to-end check over real HTTP

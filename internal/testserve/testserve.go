@@ -1,0 +1,62 @@
+// Package testserve holds the test scaffolding several packages share: an
+// HTTP server on a loopback port that speaks HTTP/2 without TLS (h2c), as
+// cmd/allocator does, a client for it, and a log buffer safe for
+// concurrent writes. It is for tests only.
+package testserve
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+)
+
+// H2C serves h on a new loopback port, over HTTP/1.1 and h2c, until the
+// test ends (the server is shut down in a t.Cleanup registered now, so it
+// stops after whatever the test registers later). It returns the base
+// URL, "http://127.0.0.1:port".
+func H2C(t testing.TB, h http.Handler) string {
+	t.Helper()
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: h, Protocols: p}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	return "http://" + ln.Addr().String()
+}
+
+// H2CClient returns a client that speaks HTTP/2 without TLS, as a spender
+// does to an allocator.
+func H2CClient() *http.Client {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: p}}
+}
+
+// SyncBuffer is a bytes.Buffer that is safe for concurrent use: a log
+// sink that a test reads while a server writes to it.
+type SyncBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns everything written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
