@@ -20,7 +20,7 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem -count 5 ./spender
 
-var benchLimits = ration.Limits{RPM: 1 << 40, TPM: 1 << 40}
+var benchLimits = ration.Limits{RPM: ration.MaxRate, TPM: ration.MaxRate}
 
 func benchKeys(n int) []string {
 	keys := make([]string, n)

@@ -94,19 +94,20 @@ func (d *driver) send(c *leaseCall) {
 // decides; when it must ask the allocator first, the caller waits for the
 // answer (or the slow-path deadline, on the Clock) and asks again.
 func (d *driver) reserve(ctx context.Context, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
-	var deadline chan struct{}
-	var w *waiter
+	r, at, w, err := d.l.reserveLeased(d.l.now(), key, lim, c, maxWait, ahead, nil)
+	if w == nil {
+		return r, at, err
+	}
+	return d.wait(ctx, key, lim, c, maxWait, ahead, w)
+}
+
+// wait is reserve's slow path: it waits for w to be ready (or its
+// deadline, or ctx) and asks the machine again, until it decides.
+func (d *driver) wait(ctx context.Context, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool, w *waiter) (Reservation, time.Time, error) {
+	deadline := make(chan struct{})
+	t := d.clock.AfterFunc(w.deadline.Sub(d.l.now()), func() { close(deadline) })
+	defer t.Stop()
 	for {
-		r, at, next, err := d.l.reserveLeased(d.l.now(), key, lim, c, maxWait, ahead, w)
-		if next == nil {
-			return r, at, err
-		}
-		if w == nil {
-			deadline = make(chan struct{})
-			t := d.clock.AfterFunc(next.deadline.Sub(d.l.now()), func() { close(deadline) })
-			defer t.Stop()
-		}
-		w = next
 		select {
 		case <-w.ready:
 		case <-deadline:
@@ -115,6 +116,11 @@ func (d *driver) reserve(ctx context.Context, key string, lim ration.Limits, c r
 		case <-d.stop:
 			return nil, time.Time{}, ErrClosed
 		}
+		r, at, next, err := d.l.reserveLeased(d.l.now(), key, lim, c, maxWait, ahead, w)
+		if next == nil {
+			return r, at, err
+		}
+		w = next
 	}
 }
 

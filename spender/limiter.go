@@ -33,14 +33,15 @@ import (
 // state. Memory is bounded by the keys active within the last
 // refill-to-full period (see WithSweepInterval).
 type Limiter struct {
-	clock  ration.Clock
-	epoch  time.Time // Instant 0; taken from the clock at New
-	seed   maphash.Seed
-	shards []shard
-	mask   uint64
-	sweep  time.Duration
-	lz     *leaser // the lease state machine; nil for a standalone Limiter
-	drv    *driver // moves lz; nil for a standalone Limiter
+	clock    ration.Clock
+	sysClock bool      // clock is ration.SystemClock (see now)
+	epoch    time.Time // Instant 0; taken from the clock at New
+	seed     maphash.Seed
+	shards   []shard
+	mask     uint64
+	sweep    time.Duration
+	lz       *leaser // the lease state machine; nil for a standalone Limiter
+	drv      *driver // moves lz; nil for a standalone Limiter
 }
 
 // shard is one lock and the keys hashed to it.
@@ -75,13 +76,15 @@ func New(clock ration.Clock, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	shards := roundShards(cfg.shards)
+	_, sys := clock.(ration.SystemClock)
 	l := &Limiter{
-		clock:  clock,
-		epoch:  clock.Now(),
-		seed:   maphash.MakeSeed(),
-		shards: make([]shard, shards),
-		mask:   uint64(shards - 1),
-		sweep:  cfg.sweep,
+		clock:    clock,
+		sysClock: sys,
+		epoch:    clock.Now(),
+		seed:     maphash.MakeSeed(),
+		shards:   make([]shard, shards),
+		mask:     uint64(shards - 1),
+		sweep:    cfg.sweep,
 	}
 	for i := range l.shards {
 		l.shards[i] = shard{l: l, keys: make(map[string]*keyState), sweepAt: bucket.Instant(0).Add(cfg.sweep), sweepLen: minSweepLen}
@@ -163,8 +166,15 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim ration.Limits, c 
 	return r, l.timeOf(inst).Add(w), nil
 }
 
-// now reads the clock once and returns the instant.
-func (l *Limiter) now() bucket.Instant { return bucket.InstantOf(l.epoch, l.clock.Now()) }
+// now reads the clock once and returns the instant. With the system clock
+// it reads only the monotonic clock (time.Since): time.Now also reads the
+// wall clock, which cost a leased Reserve+Settle about 14% of its time.
+func (l *Limiter) now() bucket.Instant {
+	if l.sysClock {
+		return bucket.Instant(time.Since(l.epoch) / time.Microsecond)
+	}
+	return bucket.InstantOf(l.epoch, l.clock.Now())
+}
 
 // timeOf is the clock time of instant i.
 func (l *Limiter) timeOf(i bucket.Instant) time.Time { return i.Time(l.epoch) }

@@ -12,12 +12,16 @@ import (
 )
 
 // discardWriter is a ResponseWriter that keeps nothing, so the benchmark
-// measures the stage and not httptest.ResponseRecorder.
-type discardWriter struct{ h http.Header }
+// measures the stage and not httptest.ResponseRecorder. It keeps the
+// status, so that the benchmark fails rather than measure an error path.
+type discardWriter struct {
+	h      http.Header
+	status int
+}
 
 func (d *discardWriter) Header() http.Header         { return d.h }
 func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (d *discardWriter) WriteHeader(int)             {}
+func (d *discardWriter) WriteHeader(status int)      { d.status = status }
 
 // BenchmarkMiddleware measures what the stage adds to a request that a
 // handler answers 200 with a small JSON body carrying usage: reading and
@@ -33,7 +37,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		w.WriteHeader(200)
 		_, _ = w.Write(answer)
 	})
-	p := spenderhttp.Principal{KeyID: "key_bench", Limits: ration.Limits{RPM: 1 << 40, TPM: 1 << 40}}
+	p := spenderhttp.Principal{KeyID: "key_bench", Limits: ration.Limits{RPM: ration.MaxRate, TPM: ration.MaxRate}}
 	run := func(b *testing.B, h http.Handler) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
 		req = req.WithContext(spenderhttp.WithPrincipal(req.Context(), p))
@@ -47,6 +51,9 @@ func BenchmarkMiddleware(b *testing.B) {
 			req.Body, req.ContentLength = rc, int64(len(body))
 			clear(w.h)
 			h.ServeHTTP(w, req)
+			if w.status != http.StatusOK {
+				b.Fatalf("status %d, want 200", w.status)
+			}
 		}
 	}
 	b.Run("bare", func(b *testing.B) { run(b, handler) })
