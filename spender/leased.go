@@ -62,6 +62,9 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 		path = pathSlow
 	}
 	if r := lz.admitLocked(st, c, now, path); r != nil {
+		if !ahead {
+			return r, time.Time{}, nil, nil // Reserve has no send time
+		}
 		return r, l.timeOf(now), nil, nil
 	}
 	if ahead && !lz.fallback.Load() {
