@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/echo"
 	"github.com/rationhq/ration/gateway"
 	"github.com/rationhq/ration/internal/fakeclock"
+	"github.com/rationhq/ration/internal/testkit"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
@@ -53,7 +53,7 @@ func newRig(t testing.TB, upstream http.Handler, opts ...gateway.Option) rig {
 		t.Fatal(err)
 	}
 	opts = append([]gateway.Option{gateway.WithCounter(spenderhttp.TokenizeCounter{BaseURL: up.URL})}, opts...)
-	g, err := gateway.New(testKeys(t), limiterOn(t, clk), u, opts...)
+	g, err := gateway.New(testKeys(t), testkit.Limiter(t, clk), u, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +116,4 @@ func chat(content string, extra string) string {
 }
 
 // newLimiter is a standalone limiter on a frozen clock.
-func newLimiter(t testing.TB) *spender.Limiter { return limiterOn(t, fakeclock.New()) }
-
-// limiterOn is a standalone limiter on clk.
-func limiterOn(t testing.TB, clk ration.Clock) *spender.Limiter {
-	t.Helper()
-	l, err := spender.New(clk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+func newLimiter(t testing.TB) *spender.Limiter { return testkit.Limiter(t, fakeclock.New()) }

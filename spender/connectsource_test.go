@@ -14,7 +14,7 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
-	"github.com/rationhq/ration/internal/testserve"
+	"github.com/rationhq/ration/internal/testkit"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -31,7 +31,7 @@ func serveService(t testing.TB, svc *allocator.Service, token string) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	allocator.Mount(mux, svc, allocator.BearerAuth([]string{token}))
-	return testserve.H2C(t, mux)
+	return testkit.H2C(t, mux)
 }
 
 // TestDialAllocator: a leased Limiter over the network, in each protocol,

@@ -16,6 +16,7 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
+	"github.com/rationhq/ration/internal/testkit"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
@@ -32,14 +33,7 @@ func newAllocator(t testing.TB, clk ration.Clock, opts ...allocator.Option) *all
 }
 
 // newLimiter is spender.New, failing the test on an error.
-func newLimiter(t testing.TB, clk ration.Clock, opts ...spender.Option) *spender.Limiter {
-	t.Helper()
-	l, err := spender.New(clk, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+var newLimiter = testkit.Limiter
 
 // testTuning is the default lease tuning with no batching window (a key
 // asks at once) and slow-path deadline slow.

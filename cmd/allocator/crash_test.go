@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect/v2"
-	"github.com/rationhq/ration/internal/testserve"
+	"github.com/rationhq/ration/internal/testkit"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -53,7 +53,7 @@ func binary(t *testing.T) string {
 type process struct {
 	cmd  *exec.Cmd
 	addr string
-	logs *testserve.SyncBuffer
+	logs *testkit.SyncBuffer
 	done chan error
 }
 
@@ -68,7 +68,7 @@ func startBinary(t *testing.T, args ...string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, logs: &testserve.SyncBuffer{}, done: make(chan error, 1)}
+	p := &process{cmd: cmd, logs: &testkit.SyncBuffer{}, done: make(chan error, 1)}
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -132,7 +132,7 @@ func load(addr string, spenders []*crashSpender, stop <-chan struct{}) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := leaseClient(testserve.H2CClient(), "http://"+addr)
+			c := leaseClient(testkit.H2CClient(), "http://"+addr)
 			for i := 0; i < 1_000_000; i++ {
 				select {
 				case <-stop:
@@ -190,7 +190,7 @@ func TestCrashUnderLoad(t *testing.T) {
 	if !strings.Contains(p2.logs.String(), `"not_vouched":0`) {
 		t.Fatalf("recovery found state it cannot vouch for:\n%s", p2.logs.String())
 	}
-	c := leaseClient(testserve.H2CClient(), "http://"+p2.addr)
+	c := leaseClient(testkit.H2CClient(), "http://"+p2.addr)
 	for _, s := range spenders {
 		// Every answered call is durable: repeating the last one gets the
 		// same reply, or "stale" if a later unanswered call was applied.

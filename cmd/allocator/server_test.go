@@ -23,7 +23,7 @@ import (
 
 	"connectrpc.com/connect/v2"
 	"connectrpc.com/connect/v2/connecthttp"
-	"github.com/rationhq/ration/internal/testserve"
+	"github.com/rationhq/ration/internal/testkit"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
@@ -35,7 +35,7 @@ type testServer struct {
 	cfg  config
 	stop context.CancelFunc
 	done chan error
-	log  *testserve.SyncBuffer
+	log  *testkit.SyncBuffer
 }
 
 func testConfig(t *testing.T, extra ...string) config {
@@ -60,7 +60,7 @@ func startServer(t *testing.T, cfg config) *testServer {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ts := &testServer{addr: ln.Addr().String(), cfg: cfg, stop: cancel, done: make(chan error, 1), log: &testserve.SyncBuffer{}}
+	ts := &testServer{addr: ln.Addr().String(), cfg: cfg, stop: cancel, done: make(chan error, 1), log: &testkit.SyncBuffer{}}
 	go func() { ts.done <- serve(ctx, cfg, ln, newLogger(cfg, ts.log)) }()
 	t.Cleanup(func() { ts.shutdown(t) })
 	waitReady(t, "http://"+ts.addr, http.DefaultClient)
@@ -125,7 +125,7 @@ func TestProtocolsOverH2C(t *testing.T) {
 		name string
 		opts []connecthttp.Option
 	}{{"connect", nil}, {"grpc", []connecthttp.Option{connecthttp.WithGRPC()}}, {"grpcweb", []connecthttp.Option{connecthttp.WithGRPCWeb()}}} {
-		c := leaseClient(testserve.H2CClient(), "http://"+ts.addr, p.opts...)
+		c := leaseClient(testkit.H2CClient(), "http://"+ts.addr, p.opts...)
 		r, err := c.Acquire(authed(testToken), acquireReq("s-"+p.name, 1, "k"))
 		if err != nil {
 			t.Fatalf("%s: %v", p.name, err)
@@ -157,7 +157,7 @@ func startServerTLS(t *testing.T, cfg config, pool *x509.CertPool) *testServer {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ts := &testServer{addr: ln.Addr().String(), cfg: cfg, stop: cancel, done: make(chan error, 1), log: &testserve.SyncBuffer{}}
+	ts := &testServer{addr: ln.Addr().String(), cfg: cfg, stop: cancel, done: make(chan error, 1), log: &testkit.SyncBuffer{}}
 	go func() { ts.done <- serve(ctx, cfg, ln, newLogger(cfg, ts.log)) }()
 	t.Cleanup(func() { ts.shutdown(t) })
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
@@ -196,7 +196,7 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 
 func TestAuth(t *testing.T) {
 	ts := startServer(t, testConfig(t))
-	c := leaseClient(testserve.H2CClient(), "http://"+ts.addr, connecthttp.WithGRPC())
+	c := leaseClient(testkit.H2CClient(), "http://"+ts.addr, connecthttp.WithGRPC())
 	for _, tok := range []string{"", "wrong", testToken + "x", "s3cret-toke"} {
 		_, err := c.Acquire(authed(tok), acquireReq("s", 1, "k"))
 		if connect.CodeOf(err) != connect.CodeUnauthenticated {
@@ -217,7 +217,7 @@ func TestAuth(t *testing.T) {
 
 func TestHealthReadyMetrics(t *testing.T) {
 	ts := startServer(t, testConfig(t))
-	c := leaseClient(testserve.H2CClient(), "http://"+ts.addr)
+	c := leaseClient(testkit.H2CClient(), "http://"+ts.addr)
 	if _, err := c.Acquire(authed(testToken), acquireReq("s", 1, "k")); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 
 func TestBadInputOverTheWire(t *testing.T) {
 	ts := startServer(t, testConfig(t))
-	c := leaseClient(testserve.H2CClient(), "http://"+ts.addr, connecthttp.WithGRPC())
+	c := leaseClient(testkit.H2CClient(), "http://"+ts.addr, connecthttp.WithGRPC())
 	ctx := authed(testToken)
 	lim := &leasev1.Limits{Tpm: 6000}
 	caller := func(seq uint64) *leasev1.Caller { return &leasev1.Caller{SpenderId: "s", Epoch: 1, Sequence: seq} }
@@ -301,7 +301,7 @@ func TestGracefulShutdownDrainsInFlightCalls(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.onCommit = func() { time.Sleep(300 * time.Millisecond) }
 	ts := startServer(t, cfg)
-	c := leaseClient(testserve.H2CClient(), "http://"+ts.addr)
+	c := leaseClient(testkit.H2CClient(), "http://"+ts.addr)
 	errs := make(chan error, 4)
 	for i := 0; i < 4; i++ {
 		go func() {
@@ -328,7 +328,7 @@ func TestGracefulShutdownDrainsInFlightCalls(t *testing.T) {
 	// The store was closed: it opens again at once, with the drained calls in it.
 	cfg.onCommit = nil
 	ts2 := startServer(t, cfg)
-	r, err := leaseClient(testserve.H2CClient(), "http://"+ts2.addr).Acquire(authed(testToken), acquireReq("s0", 1, "k"))
+	r, err := leaseClient(testkit.H2CClient(), "http://"+ts2.addr).Acquire(authed(testToken), acquireReq("s0", 1, "k"))
 	if err != nil || r.GetKeys()[0].GetGranted().GetTokens() != 100 {
 		t.Fatalf("retry after restart: %v %v", r, err)
 	}

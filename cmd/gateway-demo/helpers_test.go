@@ -10,7 +10,7 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/gateway"
-	"github.com/rationhq/ration/internal/testserve"
+	"github.com/rationhq/ration/internal/testkit"
 )
 
 // writeKeys writes keys as a keys file in a temp dir and returns its path.
@@ -44,7 +44,7 @@ func testConfig(t *testing.T, instances int, keysFile string) config {
 // its logs if the test failed.
 func startFleet(t *testing.T, cfg config, clock ration.Clock) *fleet {
 	t.Helper()
-	logs := &testserve.SyncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	f, err := start(t.Context(), cfg, deps{clock: clock, logOut: logs})
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/gateway"
-	"github.com/rationhq/ration/internal/testserve"
+	"github.com/rationhq/ration/internal/testkit"
 )
 
 // startAllocator serves a real allocator (bbolt ledger in a temp dir) over
@@ -36,7 +36,7 @@ func startAllocator(t *testing.T, ttl time.Duration) (url, tokenFile string) {
 	})
 	mux := http.NewServeMux()
 	allocator.Mount(mux, allocator.NewService(led), allocator.BearerAuth([]string{"test-token"}))
-	return testserve.H2C(t, mux), tokenFile
+	return testkit.H2C(t, mux), tokenFile
 }
 
 // TestSkewedTrafficSharesOneBudget is the end-to-end check over real HTTP

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
+	"github.com/rationhq/ration/internal/testkit"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
@@ -158,11 +159,4 @@ func chat(extra string) string {
 }
 
 // newLimiter is spender.New, failing the test on an error.
-func newLimiter(t testing.TB, clk ration.Clock, opts ...spender.Option) *spender.Limiter {
-	t.Helper()
-	l, err := spender.New(clk, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+var newLimiter = testkit.Limiter

@@ -1,8 +1,9 @@
-// Package testserve holds the test scaffolding several packages share: an
+// Package testkit holds the test scaffolding several packages share: an
 // HTTP server on a loopback port that speaks HTTP/2 without TLS (h2c), as
-// cmd/allocator does, a client for it, and a log buffer safe for
-// concurrent writes. It is for tests only.
-package testserve
+// cmd/allocator does, a client for it, a log buffer safe for concurrent
+// writes, and a Limiter constructor that fails the test on an error. It is
+// for tests only.
+package testkit
 
 import (
 	"bytes"
@@ -11,7 +12,20 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/spender"
 )
+
+// Limiter is spender.New, failing the test on an error.
+func Limiter(t testing.TB, clk ration.Clock, opts ...spender.Option) *spender.Limiter {
+	t.Helper()
+	l, err := spender.New(clk, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
 
 // H2C serves h on a new loopback port, over HTTP/1.1 and h2c, until the
 // test ends (the server is shut down in a t.Cleanup registered now, so it
