@@ -3,12 +3,12 @@ package allocator
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 
 	"connectrpc.com/connect/v2"
 	"connectrpc.com/connect/v2/connecthttp"
+	"github.com/rationhq/ration/internal/testkit"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
@@ -20,22 +20,14 @@ func TestMountServesConcurrentCalls(t *testing.T) {
 	l := newLedger(t, newFakeClock())
 	mux := http.NewServeMux()
 	Mount(mux, NewService(l), BearerAuth([]string{"tok"}))
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	defer srv.Close()
+	url := testkit.H2C(t, mux)
 
 	for _, p := range []struct {
 		name string
 		opts []connecthttp.Option
 	}{{"connect", nil}, {"grpc", []connecthttp.Option{connecthttp.WithGRPC()}}, {"grpcweb", []connecthttp.Option{connecthttp.WithGRPCWeb()}}} {
 		t.Run(p.name, func(t *testing.T) {
-			hp := new(http.Protocols)
-			hp.SetUnencryptedHTTP2(true)
-			hc := &http.Client{Transport: &http.Transport{Protocols: hp}}
-			client := leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, srv.URL, p.opts...)))
+			client := leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(testkit.H2CClient(), url, p.opts...)))
 			var wg sync.WaitGroup
 			for g := range 8 {
 				wg.Go(func() {
