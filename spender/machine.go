@@ -185,6 +185,7 @@ func (lz *leaser) nextCall(now bucket.Instant) *leaseCall {
 		lz.aheads = lz.aheads[n:]
 		if len(lz.aheads) == 0 {
 			lz.aheads = nil
+			lz.urgent = len(lz.queue) > 0 && lz.urgent
 		}
 	default:
 		lz.mu.Unlock()
