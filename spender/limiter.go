@@ -51,9 +51,9 @@ type shard struct {
 	// keys holds the state of every key with a bucket that is not full (or
 	// a lease state that holds something) and, until the next sweep, some
 	// that are full or idle again.
-	keys     map[string]*keyState
+	keys     keyTable
 	sweepAt  bucket.Instant // sweep when the clock reaches this
-	sweepLen int            // or when len(keys) reaches this
+	sweepLen int            // or when keys.n reaches this
 }
 
 const minSweepLen = 64
@@ -87,7 +87,7 @@ func New(clock ration.Clock, opts ...Option) (*Limiter, error) {
 		sweep:    cfg.sweep,
 	}
 	for i := range l.shards {
-		l.shards[i] = shard{l: l, keys: make(map[string]*keyState), sweepAt: bucket.Instant(0).Add(cfg.sweep), sweepLen: minSweepLen}
+		l.shards[i] = shard{l: l, sweepAt: bucket.Instant(0).Add(cfg.sweep), sweepLen: minSweepLen}
 	}
 	if cfg.lease.leased {
 		l.lz = newLeaser(l, cfg.lease, 0)
@@ -182,12 +182,13 @@ func (l *Limiter) timeOf(i bucket.Instant) time.Time { return i.Time(l.epoch) }
 // lockKey locks key's shard, sweeps it when due, and returns the shard and
 // key's state with the shard still locked; on error the shard is unlocked.
 func (l *Limiter) lockKey(key string, lim ration.Limits, now bucket.Instant) (*shard, *keyState, error) {
-	sh := &l.shards[maphash.String(l.seed, key)&l.mask]
+	h := maphash.String(l.seed, key)
+	sh := &l.shards[h&l.mask]
 	sh.mu.Lock()
-	if now >= sh.sweepAt || len(sh.keys) >= sh.sweepLen {
+	if now >= sh.sweepAt || sh.keys.n >= sh.sweepLen {
 		sh.sweepLocked(now)
 	}
-	st, err := sh.lookupLocked(key, lim, now)
+	st, err := sh.lookupLocked(h, key, lim, now)
 	if err != nil {
 		sh.mu.Unlock()
 		return nil, nil, err
@@ -199,9 +200,10 @@ func (l *Limiter) lockKey(key string, lim ration.Limits, now bucket.Instant) (*s
 // changed limits. It validates limits only when they differ from the
 // stored ones, so the steady state pays one comparison. A standalone key
 // starts with full buckets; a leased key starts holding no lease and only
-// records new limits (the allocator follows the latest it is sent).
-func (sh *shard) lookupLocked(key string, lim ration.Limits, now bucket.Instant) (*keyState, error) {
-	st := sh.keys[key]
+// records new limits (the allocator follows the latest it is sent). h is
+// key's hash.
+func (sh *shard) lookupLocked(h uint64, key string, lim ration.Limits, now bucket.Instant) (*keyState, error) {
+	st := sh.keys.get(h, key)
 	if st != nil && st.lim == lim {
 		return st, nil
 	}
@@ -211,10 +213,10 @@ func (sh *shard) lookupLocked(key string, lim ration.Limits, now bucket.Instant)
 	switch {
 	case st == nil && sh.l.lz != nil:
 		st = &keyState{sh: sh, key: key, lim: lim, kl: &keyLimits{lim: lim}, ls: &leaseState{lastUse: now}}
-		sh.keys[key] = st
+		sh.keys.set(h, st)
 	case st == nil:
 		st = newKeyState(sh, key, lim, now)
-		sh.keys[key] = st
+		sh.keys.set(h, st)
 	case st.ls != nil:
 		st.lim, st.kl = lim, &keyLimits{lim: lim}
 	default:
@@ -226,14 +228,12 @@ func (sh *shard) lookupLocked(key string, lim ration.Limits, now bucket.Instant)
 // sweepLocked drops the state of every key in sh that carries no
 // information at now, and schedules the next sweep.
 func (sh *shard) sweepLocked(now bucket.Instant) {
-	for key, st := range sh.keys {
-		if st.droppable(now) {
-			st.dead = true
-			delete(sh.keys, key)
-		}
-	}
+	sh.keys.rebuild(func(st *keyState) bool {
+		st.dead = st.droppable(now)
+		return !st.dead
+	})
 	sh.sweepAt = now.Add(sh.l.sweep)
-	sh.sweepLen = max(2*len(sh.keys), minSweepLen)
+	sh.sweepLen = max(2*sh.keys.n, minSweepLen)
 }
 
 // Keys returns the number of keys whose state the Limiter currently holds.
@@ -245,7 +245,7 @@ func (l *Limiter) Keys() int {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		n += len(sh.keys)
+		n += sh.keys.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -310,10 +310,11 @@ func (r *reservation) Settle(actual ration.Amount) {
 	// anew, full, if there is none) is where the adjustment belongs.
 	now := sh.l.now()
 	if st.dead {
-		live := sh.keys[st.key]
+		h := st.hash()
+		live := sh.keys.get(h, st.key)
 		if live == nil {
 			live = newKeyState(sh, st.key, st.lim, now) // st.lim was validated when stored
-			sh.keys[st.key] = live
+			sh.keys.set(h, live)
 		}
 		st = live
 	}

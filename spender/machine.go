@@ -529,8 +529,8 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 	for i := range lz.l.shards {
 		sh := &lz.l.shards[i]
 		sh.mu.Lock()
-		held += len(sh.keys)
-		for _, st := range sh.keys {
+		held += sh.keys.n
+		for st := range sh.keys.all() {
 			ls := st.ls
 			if ls.queued {
 				continue
@@ -603,7 +603,7 @@ func (lz *leaser) release(now bucket.Instant) *leasev1.ReleaseRequest {
 	for i := range lz.l.shards {
 		sh := &lz.l.shards[i]
 		sh.mu.Lock()
-		for _, st := range sh.keys {
+		for st := range sh.keys.all() {
 			ls := st.ls
 			ls.valid(now)
 			ret := ls.ret.Add(ls.avail)
