@@ -286,22 +286,14 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeInvalidArgument:
-		lz.call = nil
-		lz.mu.Unlock()
-		lz.log.Error("spender: allocator rejected a call; not retrying", "method", c.method(), "err", err)
-		lz.giveUp(c, now)
-		lz.checkFlushes()
+		lz.dropLocked(c, now, "spender: allocator rejected a call; not retrying", err)
 		return
 	case connect.CodeFailedPrecondition:
 		// Our epoch or sequence is stale (another incarnation with our id,
 		// or the allocator lost our session's tail): start a new epoch and
 		// resend the same body. Holdings of the old one simply expire.
 		if c.stale++; c.stale > 3 {
-			lz.call = nil
-			lz.mu.Unlock()
-			lz.log.Error("spender: allocator keeps refusing our epoch; giving up the call", "method", c.method(), "err", err)
-			lz.giveUp(c, now)
-			lz.checkFlushes()
+			lz.dropLocked(c, now, "spender: allocator keeps refusing our epoch; giving up the call", err)
 			return
 		}
 		lz.epoch = max(lz.epoch+1, uint64(lz.l.timeOf(now).UnixNano()))
@@ -321,6 +313,16 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 		lz.giveUp(c, now)
 		lz.setFallback(true, err)
 	}
+}
+
+// dropLocked gives c up for good (with lz.mu held, which it releases):
+// retrying cannot help. Its waiters are let go.
+func (lz *leaser) dropLocked(c *leaseCall, now bucket.Instant, msg string, err error) {
+	lz.call = nil
+	lz.mu.Unlock()
+	lz.log.Error(msg, "method", c.method(), "err", err)
+	lz.giveUp(c, now)
+	lz.checkFlushes()
 }
 
 // checkAnswer reports an answer that does not match its call.
