@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect/v2"
@@ -92,7 +93,7 @@ func TestServiceReserveAheadAndRelease(t *testing.T) {
 	}
 	for _, w := range []int64{-1, 3_600_000_001, 1 << 62} {
 		_, err := s.ReserveAhead(ctx, &leasev1.ReserveAheadRequest{Caller: c(3), Keys: []*leasev1.KeyReserve{{Key: "k", Limits: lim, MaxWaitUs: w}}})
-		if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "max_wait_us: must be 0 to 3600000000 µs") {
 			t.Fatalf("max_wait_us %d: %v", w, err)
 		}
 	}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rationhq/ration"
 )
@@ -100,7 +101,8 @@ func validateReserve(c Caller, keys []ReserveKey) error {
 			return err
 		}
 		if k.MaxWait < 0 || k.MaxWait > ration.MaxWait {
-			return inputErr(keyField(i, "max_wait_us"), "%v outside [0, %v]", k.MaxWait, ration.MaxWait)
+			// The wire value was clamped on its way in: name the range, not it.
+			return inputErr(keyField(i, "max_wait_us"), "must be 0 to %d µs (%v)", int64(ration.MaxWait/time.Microsecond), ration.MaxWait)
 		}
 	}
 	return nil

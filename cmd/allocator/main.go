@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -20,11 +21,20 @@ func main() {
 	defer stop()
 	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "allocator:", err)
+		fmt.Fprintln(os.Stderr, prefixed(err))
 		os.Exit(2)
 	}
 	if err := run(ctx, cfg, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "allocator:", err)
+		fmt.Fprintln(os.Stderr, prefixed(err))
 		os.Exit(1)
 	}
+}
+
+// prefixed is err's message starting with "allocator: " once: errors from
+// the allocator package already carry it.
+func prefixed(err error) string {
+	if msg := err.Error(); strings.HasPrefix(msg, "allocator: ") {
+		return msg
+	}
+	return "allocator: " + err.Error()
 }

@@ -166,7 +166,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	}
 	g.svc.Store(allocator.NewService(led, allocator.WithMetrics(metrics), allocator.WithServiceLogger(log)))
 	ready.Store(true)
-	log.Info("allocator: ready", "lease_ttl", cfg.leaseTTL, "strict", cfg.strict)
+	log.Info("allocator: ready", "lease_ttl", cfg.leaseTTL.String(), "strict", cfg.strict) // "10s", not nanoseconds in JSON logs
 
 	sweepDone := make(chan struct{})
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
