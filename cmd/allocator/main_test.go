@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"flag"
+	"io"
 	"testing"
 )
 
@@ -15,5 +17,14 @@ func TestPrefixedOnce(t *testing.T) {
 		if got := prefixed(errors.New(tc.err)); got != tc.want {
 			t.Errorf("prefixed(%q) = %q, want %q", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestHelpIsNotAFailure: -help returns flag.ErrHelp, which main treats as
+// a clean exit (status 0), not as a bad flag (status 2).
+func TestHelpIsNotAFailure(t *testing.T) {
+	_, err := parseConfig([]string{"-help"}, func(string) string { return "" }, io.Discard)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("parseConfig(-help) = %v, want flag.ErrHelp", err)
 	}
 }
