@@ -39,20 +39,20 @@ func (f *fleet) banner(w io.Writer) {
 	first, last := f.instances[0].url, f.instances[len(f.instances)-1].url
 	loop := []string{first, first, last, last}
 	body := `{"model":"echo","messages":[{"role":"user","content":"hello from ration"}],"max_tokens":16}`
-	fmt.Fprintf(&b, "\nA request, with its rate-limit headers:\n  curl -sS -i %s/v1/chat/completions -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '%s'\n", first, key, body)
+	fmt.Fprintf(&b, "\nA request, with its rate-limit headers:\n  curl -sS -i %s/v1/chat/completions -H \"Authorization: Bearer %s\" -H 'Content-Type: application/json' -d '%s'\n", first, key, body)
 	if f.demoKeys {
 		fmt.Fprintf(&b, "\nSpend the key's %d RPM; the budget is global, so the other instance answers 429 with Retry-After:\n", small.RPM)
 	} else {
 		b.WriteString("\nSpend a key until it gets 429 with Retry-After; the budget is global across the instances:\n")
 	}
-	fmt.Fprintf(&b, "  for u in %s; do curl -sS -o /dev/null -D - $u/v1/chat/completions -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '%s' | grep -iE '^(HTTP/|retry-after|x-ratelimit-remaining-requests)'; done\n",
+	fmt.Fprintf(&b, "  for u in %s; do curl -sS -o /dev/null -D - $u/v1/chat/completions -H \"Authorization: Bearer %s\" -H 'Content-Type: application/json' -d '%s' | grep -iE '^(HTTP/|retry-after|x-ratelimit-remaining-requests)'; done\n",
 		strings.Join(loop, " "), key, body)
 	streamKey := key
 	if f.demoKeys {
 		streamKey = gateway.DemoKeys()[1].Key // not the small key the loop just spent
 	}
 	stream := `{"model":"echo","stream":true,"messages":[{"role":"user","content":"streamed one word at a time"}]}`
-	fmt.Fprintf(&b, "\nStreaming:\n  curl -sS -N %s/v1/chat/completions -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' -d '%s'\n", last, streamKey, stream)
+	fmt.Fprintf(&b, "\nStreaming:\n  curl -sS -N %s/v1/chat/completions -H \"Authorization: Bearer %s\" -H 'Content-Type: application/json' -d '%s'\n", last, streamKey, stream)
 	b.WriteString("\nCtrl-C stops the demo and returns every lease to the allocator.\n")
 	_, _ = io.WriteString(w, b.String())
 }

@@ -84,6 +84,7 @@ func TestBanner(t *testing.T) {
 		f.instances[0].url + "/v1", f.instances[2].url + "/metrics", f.engineURL, "embedded, ledger in " + f.cfg.dataDir,
 		"sk-ration-demo-small", "3 RPM", "curl -sS -i " + f.instances[0].url + "/v1/chat/completions",
 		"Retry-After", `"stream":true`, "Ctrl-C",
+		`-H "Authorization: Bearer sk-ration-demo-small"`, // double quotes, so that $RATION_KEY would expand
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("banner lacks %q:\n%s", want, out)
