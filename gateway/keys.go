@@ -128,8 +128,9 @@ func validateKey(k Key) error {
 
 // ParseKeys reads a keys file: a JSON array of Key objects. Unknown
 // fields are errors (a typo like "rpms" must not silently mean
-// unlimited), and so is anything after the array. See NewKeyring for the
-// rules.
+// unlimited), and so are a missing "rpm" or "tpm" (write 0 for unlimited)
+// and anything after the array. A JSON error names its line and column.
+// See NewKeyring for the other rules.
 func ParseKeys(r io.Reader) (*Keyring, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxKeysFileBytes+1))
 	if err != nil {
@@ -140,14 +141,51 @@ func ParseKeys(r io.Reader) (*Keyring, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var keys []Key
-	if err := dec.Decode(&keys); err != nil {
-		return nil, fmt.Errorf("%w: not a JSON array of {\"key\",\"id\",\"tenant\",\"rpm\",\"tpm\"} objects: %w", ErrInvalidKeys, err)
+	// rpm and tpm are pointers here so that a missing one is an error, not
+	// a silent 0 (unlimited).
+	var raw []struct {
+		Key    string `json:"key"`
+		ID     string `json:"id"`
+		Tenant string `json:"tenant"`
+		RPM    *int64 `json:"rpm"`
+		TPM    *int64 `json:"tpm"`
+	}
+	if err := dec.Decode(&raw); err != nil {
+		off := dec.InputOffset()
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syn):
+			off = syn.Offset
+		case errors.As(err, &typ):
+			off = typ.Offset
+		}
+		return nil, fmt.Errorf("%w: %s: not a JSON array of {\"key\",\"id\",\"tenant\",\"rpm\",\"tpm\"} objects: %w",
+			ErrInvalidKeys, position(data, off), err)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("%w: data after the JSON array", ErrInvalidKeys)
+		return nil, fmt.Errorf("%w: %s: data after the JSON array", ErrInvalidKeys, position(data, dec.InputOffset()))
+	}
+	keys := make([]Key, len(raw))
+	for i, k := range raw {
+		switch {
+		case k.RPM == nil:
+			return nil, fmt.Errorf("%w: entry %d: \"rpm\" is missing; write 0 for unlimited", ErrInvalidKeys, i)
+		case k.TPM == nil:
+			return nil, fmt.Errorf("%w: entry %d: \"tpm\" is missing; write 0 for unlimited", ErrInvalidKeys, i)
+		}
+		keys[i] = Key{Key: k.Key, ID: k.ID, Tenant: k.Tenant, RPM: *k.RPM, TPM: *k.TPM}
 	}
 	return NewKeyring(keys)
+}
+
+// position is "line L, column C" of byte offset off in data (both from 1).
+func position(data []byte, off int64) string {
+	off = min(max(off, 0), int64(len(data)))
+	before := data[:off]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return fmt.Sprintf("line %d, column %d", line, col)
 }
 
 // LoadKeys reads the keys file at path; see ParseKeys.

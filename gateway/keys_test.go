@@ -44,17 +44,20 @@ func TestParseKeysRejects(t *testing.T) {
 		{"object, not array", `{"key":"x","id":"y"}`, "not a JSON array"},
 		{"empty", `[]`, "no keys"},
 		{"typo in a field", `[{"key":"sk-a","id":"a","rpms":5}]`, `unknown field "rpms"`},
-		{"missing key", `[{"id":"a"}]`, `"key" is missing`},
-		{"missing id", `[{"key":"sk-a"}]`, `"id" is missing`},
-		{"space in key", `[{"key":"sk a","id":"a"}]`, "whitespace"},
-		{"negative rpm", `[{"key":"sk-a","id":"a","rpm":-1}]`, `entry 0 (id "a"): "rpm": -1 outside [0, 1000000000000]`},
-		{"negative tpm", `[{"key":"sk-a","id":"a","tpm":-5}]`, `"tpm": -5 outside`},
-		{"rpm above the protocol's bound", `[{"key":"sk-a","id":"a","rpm":1000000000001}]`, `"rpm": 1000000000001 outside [0, 1000000000000]`},
+		{"missing key", `[{"id":"a","rpm":0,"tpm":0}]`, `"key" is missing`},
+		{"missing id", `[{"key":"sk-a","rpm":0,"tpm":0}]`, `"id" is missing`},
+		{"space in key", `[{"key":"sk a","id":"a","rpm":0,"tpm":0}]`, "whitespace"},
+		{"negative rpm", `[{"key":"sk-a","id":"a","rpm":-1,"tpm":0}]`, `entry 0 (id "a"): "rpm": -1 outside [0, 1000000000000]`},
+		{"negative tpm", `[{"key":"sk-a","id":"a","rpm":0,"tpm":-5}]`, `"tpm": -5 outside`},
+		{"rpm above the protocol's bound", `[{"key":"sk-a","id":"a","rpm":1000000000001,"tpm":0}]`, `"rpm": 1000000000001 outside [0, 1000000000000]`},
 		{"string rpm", `[{"key":"sk-a","id":"a","rpm":"60"}]`, "not a JSON array"},
-		{"duplicate id", `[{"key":"sk-a","id":"a"},{"key":"sk-b","id":"a"}]`, "entry 1 (id \"a\"): id also used by entry 0"},
-		{"duplicate secret", `[{"key":"` + secret + `","id":"a"},{"key":"` + secret + `","id":"b"}]`, "same secret"},
-		{"long id", `[{"key":"sk-a","id":"` + strings.Repeat("i", 257) + `"}]`, `"id": key id is 257 bytes, at most 256`},
-		{"trailing data", `[{"key":"sk-a","id":"a"}] []`, "data after"},
+		{"duplicate id", `[{"key":"sk-a","id":"a","rpm":0,"tpm":0},{"key":"sk-b","id":"a","rpm":0,"tpm":0}]`, "entry 1 (id \"a\"): id also used by entry 0"},
+		{"duplicate secret", `[{"key":"` + secret + `","id":"a","rpm":0,"tpm":0},{"key":"` + secret + `","id":"b","rpm":0,"tpm":0}]`, "same secret"},
+		{"long id", `[{"key":"sk-a","id":"` + strings.Repeat("i", 257) + `","rpm":0,"tpm":0}]`, `"id": key id is 257 bytes, at most 256`},
+		{"trailing data", `[{"key":"sk-a","id":"a","rpm":0,"tpm":0}] []`, "line 1, column 43: data after"},
+		{"missing rpm", `[{"key":"sk-a","id":"a","tpm":5}]`, `entry 0: "rpm" is missing; write 0 for unlimited`},
+		{"missing tpm", `[{"key":"sk-a","id":"a","rpm":5}]`, `entry 0: "tpm" is missing; write 0 for unlimited`},
+		{"JSON error names its position", "[\n  {\"key\":\"sk-a\",\n   \"id\": }]", "line 3, column"},
 	}
 	for _, tt := range tests {
 		_, err := gateway.ParseKeys(strings.NewReader(tt.file))
@@ -70,7 +73,7 @@ func TestParseKeysRejects(t *testing.T) {
 func TestLoadKeys(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "keys.json")
-	if err := os.WriteFile(path, []byte(`[{"key":"sk-a","id":"a","rpm":1}]`), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(`[{"key":"sk-a","id":"a","rpm":1,"tpm":0}]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if kr, err := gateway.LoadKeys(path); err != nil || kr.Len() != 1 {
