@@ -2,6 +2,8 @@ package ration_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -71,5 +73,44 @@ func TestLimitsCapacityAndLimited(t *testing.T) {
 	}
 	if got, want := (ration.Amount{Requests: -4, Tokens: 1 << 62}).Clamp(), (ration.Amount{Tokens: ration.MaxAmount}); got != want {
 		t.Errorf("Clamp() = %+v, want %+v", got, want)
+	}
+}
+
+func TestReadTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil { // past the umask
+			t.Fatal(err)
+		}
+		return p
+	}
+	tokens, err := ration.ReadTokenFile(write("ok", "# spenders\n  tok-1  \n\ntok-2\n", 0o600))
+	if err != nil || len(tokens) != 2 || tokens[0] != "tok-1" || tokens[1] != "tok-2" {
+		t.Fatalf("ReadTokenFile = %q, %v; want [tok-1 tok-2]", tokens, err)
+	}
+	for _, tc := range []struct {
+		name, body string
+		mode       os.FileMode
+		want       string
+	}{
+		{"world-readable", "tok\n", 0o644, "chmod 600"},
+		{"group-readable", "tok\n", 0o640, "chmod 600"},
+		{"space in a token", "# c\ntok en\n", 0o600, "line 2: a token cannot contain spaces"},
+		{"no token", "# only a comment\n\n", 0o600, "holds no token"},
+	} {
+		_, err := ration.ReadTokenFile(write(tc.name, tc.body, tc.mode))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.name, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "tok en") {
+			t.Errorf("%s: the error echoes a token: %v", tc.name, err)
+		}
+	}
+	if _, err := ration.ReadTokenFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
 	}
 }

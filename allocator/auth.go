@@ -1,43 +1,13 @@
 package allocator
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"fmt"
-	"os"
 	"strings"
 
 	"connectrpc.com/connect/v2"
 )
-
-// ReadTokenFile reads bearer tokens, one per line; blank lines and lines
-// starting with # are ignored, surrounding spaces trimmed. It fails if the
-// file holds no token.
-func ReadTokenFile(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("allocator: token file: %w", err)
-	}
-	defer f.Close()
-	var tokens []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		tokens = append(tokens, line)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("allocator: token file: %w", err)
-	}
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("allocator: token file %s holds no token", path)
-	}
-	return tokens, nil
-}
 
 // BearerAuth returns a server interceptor that admits a call only if its
 // Authorization header is "Bearer <t>" for one of tokens, and otherwise

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 
 	"connectrpc.com/connect/v2"
 	"connectrpc.com/connect/v2/connecthttp"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
 
@@ -35,21 +35,16 @@ func WithToken(token string) SourceOption {
 	return sourceOptionFunc(func(c *sourceConfig) error { c.token = token; return nil })
 }
 
-// WithTokenFile reads the bearer token from the first non-empty,
-// non-comment line of path.
+// WithTokenFile reads the bearer token from the first token of the file at
+// path (see ration.ReadTokenFile: mode 600, one token a line, # comments).
 func WithTokenFile(path string) SourceOption {
 	return sourceOptionFunc(func(c *sourceConfig) error {
-		b, err := os.ReadFile(path)
+		tokens, err := ration.ReadTokenFile(path)
 		if err != nil {
-			return fmt.Errorf("spender: reading token file: %w", err)
+			return fmt.Errorf("spender: %w", err)
 		}
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-				c.token = line
-				return nil
-			}
-		}
-		return fmt.Errorf("spender: token file %s holds no token", path)
+		c.token = tokens[0]
+		return nil
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
@@ -76,7 +77,7 @@ func (g *gate) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1
 func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) error {
 	var interceptors []connect.ServerInterceptor
 	if !cfg.noAuth {
-		tokens, err := allocator.ReadTokenFile(cfg.tokenFile)
+		tokens, err := ration.ReadTokenFile(cfg.tokenFile)
 		if err != nil {
 			ln.Close()
 			return err
