@@ -437,6 +437,24 @@ func TestLeasedIdleKeysAreDropped(t *testing.T) {
 	}
 }
 
+// TestLeasedIdleKeysGoWithoutTraffic: the maintenance tick sweeps, so idle
+// keys are dropped even when no request touches their shard again.
+func TestLeasedIdleKeysGoWithoutTraffic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var clk bubbleClock
+		l := newLeased(t, clk, newAllocator(t, clk, allocator.WithTTL(time.Second)), spender.WithSweepInterval(10*time.Second))
+		lim := ration.Limits{RPM: 600}
+		for i := range 2000 {
+			mustReserve(t, l, "key-"+strconv.Itoa(i), lim, ration.Amount{Requests: 1}).Settle(ration.Amount{Requests: 1})
+		}
+		clk.Advance(2 * time.Minute) // no request meanwhile
+		synctest.Wait()
+		if k := l.Keys(); k != 0 {
+			t.Fatalf("holding %d keys two idle minutes after 2000 were used, with no traffic", k)
+		}
+	})
+}
+
 // TestLeasedAbsurdUsageSaturates: settling absurd usage neither overflows
 // nor makes the allocator refuse the next call: the debt is charged and
 // the key waits it off.

@@ -531,6 +531,9 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 	for i := range lz.l.shards {
 		sh := &lz.l.shards[i]
 		sh.mu.Lock()
+		if now >= sh.sweepAt {
+			sh.sweepLocked(now) // idle keys go even when no traffic touches their shard
+		}
 		held += sh.keys.n
 		for st := range sh.keys.all() {
 			ls := st.ls
