@@ -127,6 +127,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"negative burst unlimited", "k", ration.Limits{BurstTokens: -1}, ration.Amount{}, ration.ErrInvalidLimits},
 		{"absurd tpm", "k", ration.Limits{TPM: 1 << 62}, ration.Amount{Tokens: 1}, ration.ErrInvalidLimits},
 		{"absurd burst", "k", ration.Limits{TPM: 7, BurstTokens: 1 << 60}, ration.Amount{Tokens: 1}, ration.ErrInvalidLimits},
+		{"rpm above the protocol's bound", "k", ration.Limits{RPM: ration.MaxRate + 1}, ration.Amount{Requests: 1}, ration.ErrInvalidLimits},
+		{"key id not UTF-8", "raw\xffsha", lim, ration.Amount{Requests: 1}, spender.ErrInvalidKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, mode := range []string{"Reserve", "ReserveAt"} {
