@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration/internal/envflag"
+	"github.com/rationhq/ration/internal/serverlimits"
 )
 
 // config is everything cmd/allocator reads from flags and the environment.
@@ -26,10 +27,21 @@ type config struct {
 	commitLinger     time.Duration
 	sweepInterval    time.Duration
 	shutdownTimeout  time.Duration
+	limits           serverlimits.Limits // per-connection timeouts and header cap
 	logLevel         slog.Level
 	logJSON          bool
 
 	onCommit func() // tests: runs after every commit, before the replies go out
+}
+
+// defaultLimits are the allocator's per-connection bounds. Every call is
+// unary and small, so the write timeout can be on.
+var defaultLimits = serverlimits.Limits{
+	ReadHeader:     10 * time.Second,
+	Read:           30 * time.Second,
+	Write:          30 * time.Second,
+	Idle:           2 * time.Minute,
+	MaxHeaderBytes: 64 << 10,
 }
 
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -48,6 +60,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.sessionRetention, "session-retention", time.Hour, "how long a spender's exactly-once record outlives its last call")
 	fs.DurationVar(&c.sweepInterval, "sweep-interval", 0, "how often idle keys and sessions are dropped; 0 = the lease TTL")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long to drain in-flight calls")
+	c.limits = defaultLimits
+	c.limits.Register(fs, "; calls are unary, so every reply is due well within it")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", true, "log JSON lines (false: text)")
 
@@ -69,6 +83,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, fmt.Errorf("-commit-linger %v outside [0, 100ms]", c.commitLinger)
 	case c.leaseTTL < time.Millisecond || c.leaseTTL > time.Hour:
 		return c, fmt.Errorf("-lease-ttl %v outside [1ms, 1h]", c.leaseTTL)
+	}
+	if err := c.limits.Validate(); err != nil {
+		return c, err
 	}
 	if c.sweepInterval <= 0 {
 		c.sweepInterval = c.leaseTTL

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -114,9 +115,10 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	// A durable reply waits for its group commit, so streams stay open
 	// longer than for a stateless service: allow more than the default 100
 	// per connection (many spenders may share a proxy's connection).
-	srv := &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: wholeBody(mux), Protocols: protocols,
 		HTTP2:    &http.HTTP2Config{MaxConcurrentStreams: 1024},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	cfg.limits.Apply(srv)
 	tlsOn := cfg.tlsCert != ""
 	if tlsOn {
 		protocols.SetHTTP2(true)
@@ -200,4 +202,39 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 		runErr = nil
 	}
 	return runErr
+}
+
+// maxCallBytes caps one call's request body; a lease call is a few KiB.
+const maxCallBytes = 16 << 20
+
+// wholeBody reads each request's body before h sees it, as it arrives
+// (never sized from Content-Length) and up to maxCallBytes, so that a body
+// slower than -read-timeout is answered 408 and the connection closed,
+// where the RPC layer would answer 504 as if the allocator were late; a
+// larger one is 413.
+func wholeBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxCallBytes))
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			w.Header().Set("Connection", "close")
+			http.Error(w, "allocator: request body over 16 MiB", http.StatusRequestEntityTooLarge)
+			return
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
+			http.Error(w, "allocator: request body did not arrive within -read-timeout", http.StatusRequestTimeout)
+			return
+		case err != nil:
+			w.Header().Set("Connection", "close")
+			http.Error(w, "allocator: reading the request body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		h.ServeHTTP(w, r)
+	})
 }

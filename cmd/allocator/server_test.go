@@ -361,3 +361,25 @@ func TestConfigFromEnvironmentAndErrors(t *testing.T) {
 		t.Error("bad environment value accepted")
 	}
 }
+
+// Issue 14, part 2: with only a header timeout, idle keep-alive
+// connections stayed open for good.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	ts := startServer(t, testConfig(t, "-idle-timeout", "300ms", "-read-header-timeout", "300ms"))
+	took := testkit.IdleConns(t, ts.addr, 200, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 5*time.Second)
+	t.Logf("200 idle connections closed within %v", took)
+}
+
+// A body shorter than its Content-Length is answered (or the connection
+// closed) once the read timeout passes, never a 5xx.
+func TestSlowBodyIsCut(t *testing.T) {
+	ts := startServer(t, testConfig(t, "-read-timeout", "500ms"))
+	head := "POST /ration.lease.v1.LeaseService/Acquire HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + testToken +
+		"\r\nContent-Type: application/proto\r\nContent-Length: 500\r\n\r\n"
+	start := time.Now()
+	code := testkit.SlowBody(t, ts.addr, head, strings.Repeat("\x00", 80), 5*time.Second)
+	if code != http.StatusRequestTimeout && code != 0 {
+		t.Errorf("status %d for a slow body, want 408 or a closed connection", code)
+	}
+	t.Logf("status %d after %v", code, time.Since(start))
+}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/rationhq/ration/internal/envflag"
+	"github.com/rationhq/ration/internal/serverlimits"
+	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
 // maxInstances bounds --instances.
@@ -35,6 +37,21 @@ type config struct {
 	drain        time.Duration // on shutdown, how long in-flight requests may take
 	logLevel     slog.Level
 	upstreamKey  string // RATION_DEMO_UPSTREAM_KEY only: never a flag, so it stays out of ps
+
+	limits      serverlimits.Limits // every server's (gateways', echo engine's) per-connection bounds
+	maxBody     int64               // largest request body a gateway reads
+	maxInFlight int64               // body bytes one gateway instance holds at once
+}
+
+// defaultLimits are the gateway and echo servers' per-connection bounds.
+// The write timeout is off: an SSE response lasts as long as the
+// generation, and cutting it would lose tokens already charged.
+var defaultLimits = serverlimits.Limits{
+	ReadHeader:     10 * time.Second,
+	Read:           60 * time.Second,
+	Write:          0,
+	Idle:           2 * time.Minute,
+	MaxHeaderBytes: 64 << 10,
 }
 
 // defaultDataDir is where the embedded allocator keeps its store when
@@ -62,6 +79,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 10*time.Second, "embedded allocator: lease time to live; enters the bound C + rate*(t + TTL)")
 	fs.DurationVar(&c.echoDelay, "echo-delay", 0, "echo engine: wait before each streamed token (e.g. 50ms, to watch streaming)")
 	fs.DurationVar(&c.drain, "drain", 10*time.Second, "on Ctrl-C, how long in-flight requests may take before they are cut")
+	c.limits = defaultLimits
+	c.limits.Register(fs, "; off by default: streamed (SSE) responses last as long as the generation")
+	fs.Int64Var(&c.maxBody, "max-body-bytes", spenderhttp.DefaultMaxBodyBytes, "largest request body a gateway reads; larger is 413")
+	fs.Int64Var(&c.maxInFlight, "max-body-in-flight", spenderhttp.DefaultMaxBodyBytesInFlight, "request body bytes one gateway instance holds at once; past it, 503 with Retry-After: 1")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 
 	if err := envflag.Parse(fs, "RATION_DEMO_", getenv, args); err != nil {
@@ -88,6 +109,11 @@ func (c config) validate() error {
 		return fmt.Errorf("-lease-ttl %v: want 1ms to 1h", c.leaseTTL)
 	case c.echoDelay < 0 || c.drain < 0:
 		return errors.New("-echo-delay and -drain must not be negative")
+	case c.maxBody < 1 || c.maxInFlight < c.maxBody:
+		return fmt.Errorf("-max-body-bytes %d, -max-body-in-flight %d: want 1 <= max-body-bytes <= max-body-in-flight", c.maxBody, c.maxInFlight)
+	}
+	if err := c.limits.Validate(); err != nil {
+		return err
 	}
 	_, _, err := c.addrs()
 	return err

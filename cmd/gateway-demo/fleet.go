@@ -16,6 +16,7 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/echo"
 	"github.com/rationhq/ration/gateway"
+	"github.com/rationhq/ration/internal/serverlimits"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
@@ -111,7 +112,7 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 		}
 		eng := echo.New(echo.WithClock(d.clock), echo.WithTokenDelay(cfg.echoDelay),
 			echo.WithLogger(f.log.With("component", "echo")))
-		f.engine = newServer(eng, f.log)
+		f.engine = newServer(eng, f.cfg.limits, f.log)
 		go func() { _ = f.engine.Serve(ln) }()
 		upstream = "http://" + ln.Addr().String()
 	}
@@ -160,12 +161,13 @@ func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, counter spend
 	}
 	g, err := gateway.New(f.keys, lim, up, gateway.WithRegistry(reg), gateway.WithLogger(log),
 		gateway.WithCounter(counter), gateway.WithUpstreamKey(f.cfg.upstreamKey),
-		gateway.WithLimitOptions(spenderhttp.WithClock(clock)))
+		gateway.WithLimitOptions(spenderhttp.WithClock(clock), spenderhttp.WithMaxBodyBytes(f.cfg.maxBody),
+			spenderhttp.WithMaxBodyBytesInFlight(f.cfg.maxInFlight)))
 	if err != nil {
 		_ = lim.Close(context.Background())
 		return nil, err
 	}
-	inst := &instance{url: "http://" + ln.Addr().String(), limiter: lim, srv: newServer(g, log), done: make(chan error, 1)}
+	inst := &instance{url: "http://" + ln.Addr().String(), limiter: lim, srv: newServer(g, f.cfg.limits, log), done: make(chan error, 1)}
 	go func() { inst.done <- inst.srv.Serve(ln) }()
 	log.Info("gateway-demo: instance listening", "url", inst.url)
 	return inst, nil
@@ -215,13 +217,14 @@ func (f *fleet) stopInstances(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// newServer serves h over HTTP/1.1 and h2c.
-func newServer(h http.Handler, log *slog.Logger) *http.Server {
+// newServer serves h over HTTP/1.1 and h2c, bounded by lim.
+func newServer(h http.Handler, lim serverlimits.Limits, log *slog.Logger) *http.Server {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	return &http.Server{Handler: h, Protocols: p, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: h, Protocols: p, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	lim.Apply(srv)
+	return srv
 }
 
 func listen(addr string) (net.Listener, error) {

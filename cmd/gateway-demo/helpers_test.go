@@ -11,6 +11,7 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/gateway"
 	"github.com/rationhq/ration/internal/testkit"
+	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
 // writeKeys writes keys as a keys file in a temp dir and returns its path.
@@ -37,6 +38,10 @@ func testConfig(t *testing.T, instances int, keysFile string) config {
 		leaseTTL:  10 * time.Second,
 		drain:     2 * time.Second,
 		logLevel:  slog.LevelDebug,
+
+		limits:      defaultLimits,
+		maxBody:     spenderhttp.DefaultMaxBodyBytes,
+		maxInFlight: spenderhttp.DefaultMaxBodyBytesInFlight,
 	}
 }
 

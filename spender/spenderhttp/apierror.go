@@ -21,6 +21,8 @@ const (
 	codeInvalidAPIKey   = "invalid_api_key"
 	codeInvalidLimits   = "invalid_rate_limits"
 	codeUnreadableBody  = "unreadable_body"
+	codeBodyTimeout     = "request_timeout"
+	codeOverloaded      = "server_overloaded"
 	codeLimiterUnusable = "rate_limiter_unavailable"
 )
 

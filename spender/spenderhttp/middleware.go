@@ -7,8 +7,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
@@ -29,8 +32,14 @@ type Reserver interface {
 //
 //  1. No Principal in the context: the request passes through untouched,
 //     with no headers and no limit.
-//  2. The body is read, up to WithMaxBodyBytes (16 MiB by default); a
-//     larger one is answered 413 and reserves nothing. A negative
+//  2. The body is read as it arrives, up to WithMaxBodyBytes (16 MiB by
+//     default); a larger one is answered 413 and reserves nothing. Memory
+//     is taken only for bytes received, never from the declared
+//     Content-Length, and counts against WithMaxBodyBytesInFlight (256 MiB
+//     by default, shared by every handler of this Middleware): a body that
+//     would exceed it is answered 503 server_overloaded with Retry-After: 1.
+//     A body cut by a read deadline (the server's ReadTimeout) is answered
+//     408 and the connection closed. A negative
 //     max_tokens, max_completion_tokens or max_output_tokens is answered
 //     400 invalid_request_error. Malformed JSON is not an error here: it is
 //     estimated from its bytes and passed on for the upstream to answer.
@@ -66,14 +75,17 @@ type Reserver interface {
 // honour; the middleware itself never blocks on anything but them.
 func Middleware(l Reserver, counter Counter, opts ...Option) func(http.Handler) http.Handler {
 	cfg := newConfig(opts)
+	// One budget for every handler this Middleware wraps.
+	budget := &bodyBudget{max: cfg.maxInFlight}
 	return func(next http.Handler) http.Handler {
-		return &stage{cfg: cfg, l: l, counter: counter, next: next}
+		return &stage{cfg: cfg, l: l, counter: counter, next: next, budget: budget}
 	}
 }
 
 // stage is the handler Middleware returns; it holds no per-request state.
 type stage struct {
 	cfg     config
+	budget  *bodyBudget // nil: no cap on body bytes in flight
 	l       Reserver
 	counter Counter
 	next    http.Handler
@@ -88,12 +100,24 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	log := s.cfg.logger
 
-	body, tooLarge, err := readBody(r, s.cfg.maxBody)
+	body, held, tooLarge, err := readBody(r, s.cfg.maxBody, s.budget)
+	defer s.budget.release(held)
 	switch {
+	case errors.Is(err, errBodyBudget):
+		log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: body bytes in flight at the cap", slog.String("key", p.KeyID), slog.Int64("max_in_flight", s.cfg.maxInFlight))
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, typeServer, codeOverloaded, "",
+			"The server is receiving too many request bodies at once. Please try again in 1s (Retry-After: 1 seconds).")
+		return
 	case tooLarge:
 		log.LogAttrs(ctx, slog.LevelInfo, "spenderhttp: body over the cap", slog.String("key", p.KeyID), slog.Int64("max_bytes", s.cfg.maxBody))
 		writeError(w, http.StatusRequestEntityTooLarge, typeInvalidRequest, codeTooLarge, "",
 			"Request body too large: the limit is "+strconv.FormatInt(s.cfg.maxBody, 10)+" bytes.")
+		return
+	case err != nil && isTimeout(err):
+		log.LogAttrs(ctx, slog.LevelInfo, "spenderhttp: body too slow", slog.String("key", p.KeyID), slog.Any("err", err))
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, typeInvalidRequest, codeBodyTimeout, "", "The request body did not arrive in time.")
 		return
 	case err != nil:
 		log.LogAttrs(ctx, slog.LevelInfo, "spenderhttp: reading the body", slog.String("key", p.KeyID), slog.Any("err", err))
@@ -280,27 +304,98 @@ func rewriteBody(body []byte, fields map[string]json.RawMessage) ([]byte, error)
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
 }
 
+// errBodyBudget is readBody's error when the stage's cap on body bytes in
+// flight (WithMaxBodyBytesInFlight) is reached.
+var errBodyBudget = errors.New("spenderhttp: body bytes in flight at the cap")
+
+// minBodyChunk is the first buffer readBody allocates and its smallest
+// growth step.
+const minBodyChunk = 4 << 10
+
 // readBody reads r's body up to limit bytes and reports whether it was
-// larger. A declared Content-Length above limit is refused unread.
-func readBody(r *http.Request, limit int64) (body []byte, tooLarge bool, err error) {
+// larger. A declared Content-Length above limit is refused unread. The
+// buffer grows only as bytes arrive (doubling, from minBodyChunk), never
+// from the declared length, so memory follows what the client has sent;
+// each growth is charged to b first (its capacity in bytes), and
+// errBodyBudget comes back when b is full. The caller releases
+// the returned held bytes from b when it is done with the body.
+func readBody(r *http.Request, limit int64, b *bodyBudget) (body []byte, held int64, tooLarge bool, err error) {
 	if r.ContentLength > limit {
-		return nil, true, nil
+		return nil, 0, true, nil
 	}
 	if r.Body == nil || r.Body == http.NoBody {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	var buf []byte
+	for {
+		if len(buf) == cap(buf) {
+			if int64(len(buf)) > limit {
+				return nil, held, true, nil
+			}
+			// Grow to at most limit+1: one byte past the cap tells a body
+			// over it from one exactly at it.
+			next := min(max(2*int64(cap(buf)), minBodyChunk), limit+1)
+			if !b.acquire(next - int64(cap(buf))) {
+				return nil, held, false, errBodyBudget
+			}
+			held += next - int64(cap(buf))
+			nb := make([]byte, len(buf), next)
+			copy(nb, buf)
+			buf = nb
+		}
+		n, rerr := r.Body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return nil, held, false, rerr
+		}
 	}
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, false, err
+	if int64(len(buf)) > limit {
+		return nil, held, true, nil
 	}
-	if n > limit {
-		return nil, true, nil
+	return buf, held, false, nil
+}
+
+// bodyBudget caps the body bytes a stage holds at once (buffer capacity,
+// charged as it grows). A nil *bodyBudget has no cap.
+type bodyBudget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// acquire charges n bytes if they fit under the cap.
+func (b *bodyBudget) acquire(n int64) bool {
+	if b == nil {
+		return true
 	}
-	return buf.Bytes(), false, nil
+	for {
+		cur := b.used.Load()
+		if cur+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// release returns n bytes charged by acquire.
+func (b *bodyBudget) release(n int64) {
+	if b != nil && n != 0 {
+		b.used.Add(-n)
+	}
+}
+
+// isTimeout reports whether err is a read deadline passing (the server's
+// ReadTimeout, or a deadline set through http.ResponseController).
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // setBody makes body the request's body, replayable through GetBody.

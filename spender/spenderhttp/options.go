@@ -10,6 +10,10 @@ import (
 // Middleware reads by default: 16 MiB.
 const DefaultMaxBodyBytes = 16 << 20
 
+// DefaultMaxBodyBytesInFlight is how many body bytes, by default, the
+// handlers of one Middleware hold at once: 256 MiB.
+const DefaultMaxBodyBytesInFlight = 256 << 20
+
 // Option configures Middleware and SetHeaders. Options apply in order; a
 // later one overrides an earlier one. SetHeaders reads only the header
 // options (WithAnthropicHeaders, WithIETFHeaders, WithClock).
@@ -18,20 +22,22 @@ type Option interface {
 }
 
 type config struct {
-	maxBody    int64
-	anthropic  bool
-	ietf       bool
-	clock      ration.Clock
-	logger     *slog.Logger
-	overrun    bool  // inject a max when the request has none
-	overrunMax int64 // the max to inject; 0 = what the key's token budget covers
+	maxBody     int64
+	maxInFlight int64
+	anthropic   bool
+	ietf        bool
+	clock       ration.Clock
+	logger      *slog.Logger
+	overrun     bool  // inject a max when the request has none
+	overrunMax  int64 // the max to inject; 0 = what the key's token budget covers
 }
 
 func newConfig(opts []Option) config {
 	c := config{
-		maxBody: DefaultMaxBodyBytes,
-		clock:   ration.SystemClock{},
-		logger:  slog.New(slog.DiscardHandler),
+		maxBody:     DefaultMaxBodyBytes,
+		maxInFlight: DefaultMaxBodyBytesInFlight,
+		clock:       ration.SystemClock{},
+		logger:      slog.New(slog.DiscardHandler),
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -53,6 +59,23 @@ func WithMaxBodyBytes(n int64) Option {
 	return optionFunc(func(c *config) {
 		if n > 0 {
 			c.maxBody = n
+		}
+	})
+}
+
+// WithMaxBodyBytesInFlight caps the request body bytes that all handlers
+// of one Middleware hold at once, counted as buffer capacity as it grows
+// (at most twice the bytes received, plus 4 KiB), from the first byte read
+// until the handler returns. A request whose body would pass the cap is
+// answered 503 server_overloaded with Retry-After: 1 and reserves nothing:
+// the gateway is short of memory, not the key of budget, so it is not a
+// 429. The default is DefaultMaxBodyBytesInFlight (256 MiB); n <= 0 keeps
+// it. A cap below WithMaxBodyBytes refuses the largest bodies even
+// on an idle gateway.
+func WithMaxBodyBytesInFlight(n int64) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.maxInFlight = n
 		}
 	})
 }
