@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/envflag"
 )
 
@@ -35,6 +36,8 @@ type config struct {
 	drain        time.Duration // on shutdown, how long in-flight requests may take
 	logLevel     slog.Level
 	upstreamKey  string // RATION_DEMO_UPSTREAM_KEY only: never a flag, so it stays out of ps
+
+	spenderID string // instance i's spender id is spenderID-(i+1); "" = defaultSpenderPrefix()
 }
 
 // defaultDataDir is where the embedded allocator keeps its store when
@@ -62,6 +65,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 10*time.Second, "embedded allocator: lease time to live; enters the bound C + rate*(t + TTL)")
 	fs.DurationVar(&c.echoDelay, "echo-delay", 0, "echo engine: wait before each streamed token (e.g. 50ms, to watch streaming)")
 	fs.DurationVar(&c.drain, "drain", 10*time.Second, "on Ctrl-C, how long in-flight requests may take before they are cut")
+	fs.StringVar(&c.spenderID, "spender-id", "", "prefix of the instances' spender ids at the allocator (instance i is PREFIX-i); unique per process: two processes on one allocator must not share it (default: gateway-demo/HOST/PID/RANDOM)")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 
 	if err := envflag.Parse(fs, "RATION_DEMO_", getenv, args); err != nil {
@@ -88,6 +92,11 @@ func (c config) validate() error {
 		return fmt.Errorf("-lease-ttl %v: want 1ms to 1h", c.leaseTTL)
 	case c.echoDelay < 0 || c.drain < 0:
 		return errors.New("-echo-delay and -drain must not be negative")
+	}
+	if c.spenderID != "" {
+		if err := ration.ValidSpenderID(spenderID(c.spenderID, c.instances-1)); err != nil {
+			return fmt.Errorf("-spender-id %q: %w (instance %d's id)", c.spenderID, err, c.instances)
+		}
 	}
 	_, _, err := c.addrs()
 	return err

@@ -45,6 +45,7 @@ type fleet struct {
 	engine    *http.Server // nil with -upstream
 	engineURL string       // the echo engine's or -upstream's root
 	instances []*instance
+	spenderID string // the instances' spender id prefix (-spender-id or a unique default)
 }
 
 // run starts the fleet, prints the banner and serves until ctx is done,
@@ -126,6 +127,9 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 		closeAll(listeners)
 		return nil, err
 	}
+	if f.spenderID = cfg.spenderID; f.spenderID == "" {
+		f.spenderID = defaultSpenderPrefix()
+	}
 	counter := f.counter()
 	for i, ln := range listeners {
 		inst, err := f.startInstance(i, ln, up, counter, d.clock)
@@ -154,7 +158,7 @@ func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, counter spend
 	log := f.log.With("instance", i+1)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	lim, err := newLimiter(i, f.source.src, clock, reg, f.log)
+	lim, err := newLimiter(i, spenderID(f.spenderID, i), f.source.src, clock, reg, f.log)
 	if err != nil {
 		return nil, err
 	}
