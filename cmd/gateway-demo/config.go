@@ -13,11 +13,15 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/gateway"
 	"github.com/rationhq/ration/internal/envflag"
 )
 
 // maxInstances bounds --instances.
 const maxInstances = 64
+
+// maxUpstreamConns bounds --upstream-conns.
+const maxUpstreamConns = 65536
 
 // config is everything gateway-demo reads from flags and the environment.
 // Each flag has an environment variable RATION_DEMO_<FLAG> (upper case,
@@ -37,7 +41,8 @@ type config struct {
 	logLevel     slog.Level
 	upstreamKey  string // RATION_DEMO_UPSTREAM_KEY only: never a flag, so it stays out of ps
 
-	spenderID string // instance i's spender id is spenderID-(i+1); "" = defaultSpenderPrefix()
+	spenderID     string // instance i's spender id is spenderID-(i+1); "" = defaultSpenderPrefix()
+	upstreamConns int    // idle connections to the engine each instance keeps for reuse
 }
 
 // defaultDataDir is where the embedded allocator keeps its store when
@@ -66,6 +71,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.echoDelay, "echo-delay", 0, "echo engine: wait before each streamed token (e.g. 50ms, to watch streaming)")
 	fs.DurationVar(&c.drain, "drain", 10*time.Second, "on Ctrl-C, how long in-flight requests may take before they are cut")
 	fs.StringVar(&c.spenderID, "spender-id", "", "prefix of the instances' spender ids at the allocator (instance i is PREFIX-i); unique per process: two processes on one allocator must not share it (default: gateway-demo/HOST/PID/RANDOM)")
+	fs.IntVar(&c.upstreamConns, "upstream-conns", gateway.DefaultUpstreamConns, "idle connections to the engine each instance keeps for reuse (proxy and tokenize share them); at least the instance's client concurrency")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 
 	if err := envflag.Parse(fs, "RATION_DEMO_", getenv, args); err != nil {
@@ -92,6 +98,9 @@ func (c config) validate() error {
 		return fmt.Errorf("-lease-ttl %v: want 1ms to 1h", c.leaseTTL)
 	case c.echoDelay < 0 || c.drain < 0:
 		return errors.New("-echo-delay and -drain must not be negative")
+	}
+	if c.upstreamConns < 1 || c.upstreamConns > maxUpstreamConns {
+		return fmt.Errorf("-upstream-conns %d: want 1 to %d", c.upstreamConns, maxUpstreamConns)
 	}
 	if c.spenderID != "" {
 		if err := ration.ValidSpenderID(spenderID(c.spenderID, c.instances-1)); err != nil {

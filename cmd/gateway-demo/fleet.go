@@ -130,9 +130,8 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 	if f.spenderID = cfg.spenderID; f.spenderID == "" {
 		f.spenderID = defaultSpenderPrefix()
 	}
-	counter := f.counter()
 	for i, ln := range listeners {
-		inst, err := f.startInstance(i, ln, up, counter, d.clock)
+		inst, err := f.startInstance(i, ln, up, d.clock)
 		if err != nil {
 			closeAll(listeners[i:])
 			return nil, err
@@ -143,18 +142,18 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 }
 
 // counter is the prompt tokenizer: -tokenize, else the echo engine, else
-// none (bytes/4).
-func (f *fleet) counter() spenderhttp.Counter {
+// none (bytes/4). It calls the engine with client.
+func (f *fleet) counter(client *http.Client) spenderhttp.Counter {
 	switch {
 	case f.cfg.tokenize != "":
-		return spenderhttp.TokenizeCounter{BaseURL: f.cfg.tokenize}
+		return spenderhttp.TokenizeCounter{BaseURL: f.cfg.tokenize, Client: client}
 	case f.engine != nil:
-		return spenderhttp.TokenizeCounter{BaseURL: f.engineURL}
+		return spenderhttp.TokenizeCounter{BaseURL: f.engineURL, Client: client}
 	}
 	return nil
 }
 
-func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, counter spenderhttp.Counter, clock ration.Clock) (*instance, error) {
+func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, clock ration.Clock) (*instance, error) {
 	log := f.log.With("instance", i+1)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -162,8 +161,12 @@ func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, counter spend
 	if err != nil {
 		return nil, err
 	}
+	// One pool of connections to the engine per instance, for the proxy
+	// and the tokenize call both.
+	upstream := gateway.NewUpstreamTransport(f.cfg.upstreamConns)
 	g, err := gateway.New(f.keys, lim, up, gateway.WithRegistry(reg), gateway.WithLogger(log),
-		gateway.WithCounter(counter), gateway.WithUpstreamKey(f.cfg.upstreamKey),
+		gateway.WithTransport(upstream), gateway.WithCounter(f.counter(&http.Client{Transport: upstream})),
+		gateway.WithUpstreamKey(f.cfg.upstreamKey),
 		gateway.WithLimitOptions(spenderhttp.WithClock(clock)))
 	if err != nil {
 		_ = lim.Close(context.Background())

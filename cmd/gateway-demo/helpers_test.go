@@ -37,6 +37,8 @@ func testConfig(t *testing.T, instances int, keysFile string) config {
 		leaseTTL:  10 * time.Second,
 		drain:     2 * time.Second,
 		logLevel:  slog.LevelDebug,
+
+		upstreamConns: gateway.DefaultUpstreamConns,
 	}
 }
 
