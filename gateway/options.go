@@ -34,7 +34,7 @@ func newConfig(opts []Option) config {
 		c.registry = prometheus.NewRegistry()
 	}
 	if c.transport == nil {
-		c.transport = http.DefaultTransport
+		c.transport = NewUpstreamTransport(DefaultUpstreamConns)
 	}
 	return c
 }
@@ -80,7 +80,9 @@ func WithLimitOptions(opts ...spenderhttp.Option) Option {
 }
 
 // WithTransport sets how the proxy reaches the upstream. The default is
-// http.DefaultTransport; nil keeps it.
+// NewUpstreamTransport(DefaultUpstreamConns), one per gateway; nil keeps
+// it. Give the tokenize counter (spenderhttp.TokenizeCounter.Client) the
+// same transport so both share one pool of connections to the engine.
 func WithTransport(t http.RoundTripper) Option {
 	return optionFunc(func(c *config) {
 		if t != nil {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/gateway"
 	"github.com/rationhq/ration/internal/envflag"
 	"github.com/rationhq/ration/internal/serverlimits"
 	"github.com/rationhq/ration/spender/spenderhttp"
@@ -19,6 +21,9 @@ import (
 
 // maxInstances bounds --instances.
 const maxInstances = 64
+
+// maxUpstreamConns bounds --upstream-conns.
+const maxUpstreamConns = 65536
 
 // config is everything gateway-demo reads from flags and the environment.
 // Each flag has an environment variable RATION_DEMO_<FLAG> (upper case,
@@ -38,9 +43,11 @@ type config struct {
 	logLevel     slog.Level
 	upstreamKey  string // RATION_DEMO_UPSTREAM_KEY only: never a flag, so it stays out of ps
 
-	limits      serverlimits.Limits // every server's (gateways', echo engine's) per-connection bounds
-	maxBody     int64               // largest request body a gateway reads
-	maxInFlight int64               // body bytes one gateway instance holds at once
+	limits        serverlimits.Limits // every server's (gateways', echo engine's) per-connection bounds
+	maxBody       int64               // largest request body a gateway reads
+	maxInFlight   int64               // body bytes one gateway instance holds at once
+	spenderID     string              // instance i's spender id is spenderID-(i+1); "" = defaultSpenderPrefix()
+	upstreamConns int                 // idle connections to the engine each instance keeps for reuse
 }
 
 // defaultLimits are the gateway and echo servers' per-connection bounds.
@@ -83,6 +90,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	c.limits.Register(fs, "; off by default: streamed (SSE) responses last as long as the generation")
 	fs.Int64Var(&c.maxBody, "max-body-bytes", spenderhttp.DefaultMaxBodyBytes, "largest request body a gateway reads; larger is 413")
 	fs.Int64Var(&c.maxInFlight, "max-body-in-flight", spenderhttp.DefaultMaxBodyBytesInFlight, "request body bytes one gateway instance holds at once; past it, 503 with Retry-After: 1")
+	fs.StringVar(&c.spenderID, "spender-id", "", "prefix of the instances' spender ids at the allocator (instance i is PREFIX-i); unique per process: two processes on one allocator must not share it (default: gateway-demo/HOST/PID/RANDOM)")
+	fs.IntVar(&c.upstreamConns, "upstream-conns", gateway.DefaultUpstreamConns, "idle connections to the engine each instance keeps for reuse (proxy and tokenize share them); at least the instance's client concurrency")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 
 	if err := envflag.Parse(fs, "RATION_DEMO_", getenv, args); err != nil {
@@ -114,6 +123,14 @@ func (c config) validate() error {
 	}
 	if err := c.limits.Validate(); err != nil {
 		return err
+	}
+	if c.upstreamConns < 1 || c.upstreamConns > maxUpstreamConns {
+		return fmt.Errorf("-upstream-conns %d: want 1 to %d", c.upstreamConns, maxUpstreamConns)
+	}
+	if c.spenderID != "" {
+		if err := ration.ValidSpenderID(spenderID(c.spenderID, c.instances-1)); err != nil {
+			return fmt.Errorf("-spender-id %q: %w (instance %d's id)", c.spenderID, err, c.instances)
+		}
 	}
 	_, _, err := c.addrs()
 	return err

@@ -46,6 +46,7 @@ type fleet struct {
 	engine    *http.Server // nil with -upstream
 	engineURL string       // the echo engine's or -upstream's root
 	instances []*instance
+	spenderID string // the instances' spender id prefix (-spender-id or a unique default)
 }
 
 // run starts the fleet, prints the banner and serves until ctx is done,
@@ -127,9 +128,11 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 		closeAll(listeners)
 		return nil, err
 	}
-	counter := f.counter()
+	if f.spenderID = cfg.spenderID; f.spenderID == "" {
+		f.spenderID = defaultSpenderPrefix()
+	}
 	for i, ln := range listeners {
-		inst, err := f.startInstance(i, ln, up, counter, d.clock)
+		inst, err := f.startInstance(i, ln, up, d.clock)
 		if err != nil {
 			closeAll(listeners[i:])
 			return nil, err
@@ -140,27 +143,31 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 }
 
 // counter is the prompt tokenizer: -tokenize, else the echo engine, else
-// none (bytes/4).
-func (f *fleet) counter() spenderhttp.Counter {
+// none (bytes/4). It calls the engine with client.
+func (f *fleet) counter(client *http.Client) spenderhttp.Counter {
 	switch {
 	case f.cfg.tokenize != "":
-		return spenderhttp.TokenizeCounter{BaseURL: f.cfg.tokenize}
+		return spenderhttp.TokenizeCounter{BaseURL: f.cfg.tokenize, Client: client}
 	case f.engine != nil:
-		return spenderhttp.TokenizeCounter{BaseURL: f.engineURL}
+		return spenderhttp.TokenizeCounter{BaseURL: f.engineURL, Client: client}
 	}
 	return nil
 }
 
-func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, counter spenderhttp.Counter, clock ration.Clock) (*instance, error) {
+func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, clock ration.Clock) (*instance, error) {
 	log := f.log.With("instance", i+1)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	lim, err := newLimiter(i, f.source.src, clock, reg, f.log)
+	lim, err := newLimiter(i, spenderID(f.spenderID, i), f.source.src, clock, reg, f.log)
 	if err != nil {
 		return nil, err
 	}
+	// One pool of connections to the engine per instance, for the proxy
+	// and the tokenize call both.
+	upstream := gateway.NewUpstreamTransport(f.cfg.upstreamConns)
 	g, err := gateway.New(f.keys, lim, up, gateway.WithRegistry(reg), gateway.WithLogger(log),
-		gateway.WithCounter(counter), gateway.WithUpstreamKey(f.cfg.upstreamKey),
+		gateway.WithTransport(upstream), gateway.WithCounter(f.counter(&http.Client{Transport: upstream})),
+		gateway.WithUpstreamKey(f.cfg.upstreamKey),
 		gateway.WithLimitOptions(spenderhttp.WithClock(clock), spenderhttp.WithMaxBodyBytes(f.cfg.maxBody),
 			spenderhttp.WithMaxBodyBytesInFlight(f.cfg.maxInFlight)))
 	if err != nil {

@@ -39,9 +39,10 @@ func testConfig(t *testing.T, instances int, keysFile string) config {
 		drain:     2 * time.Second,
 		logLevel:  slog.LevelDebug,
 
-		limits:      defaultLimits,
-		maxBody:     spenderhttp.DefaultMaxBodyBytes,
-		maxInFlight: spenderhttp.DefaultMaxBodyBytesInFlight,
+		limits:        defaultLimits,
+		maxBody:       spenderhttp.DefaultMaxBodyBytes,
+		maxInFlight:   spenderhttp.DefaultMaxBodyBytesInFlight,
+		upstreamConns: gateway.DefaultUpstreamConns,
 	}
 }
 

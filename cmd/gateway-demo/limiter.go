@@ -19,17 +19,19 @@ import (
 // newLimiter builds gateway instance i's Limiter, spending leases from
 // src: every instance then admits only what the allocator granted it
 // out of each key's global budget. Its metrics go to reg (the instance's
-// /metrics). This is the one place that decides how instances limit.
-func newLimiter(i int, src spender.LeaseSource, clock ration.Clock, reg prometheus.Registerer, log *slog.Logger) (*spender.Limiter, error) {
+// /metrics). Its spender id is id, unique among every spender of the
+// allocator (see spenderID). This is the one place that decides how
+// instances limit.
+func newLimiter(i int, id string, src spender.LeaseSource, clock ration.Clock, reg prometheus.Registerer, log *slog.Logger) (*spender.Limiter, error) {
 	m, err := spender.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	return spender.New(clock,
 		spender.WithLeases(src),
-		spender.WithSpenderID(fmt.Sprintf("gateway-demo-%d", i+1)),
+		spender.WithSpenderID(id),
 		spender.WithMetrics(m),
-		spender.WithLogger(log.With("instance", i+1)),
+		spender.WithLogger(log.With("instance", i+1, "spender", id)),
 	)
 }
 

@@ -20,6 +20,14 @@ import (
 // returns its URL and a token file.
 func startAllocator(t *testing.T, ttl time.Duration) (url, tokenFile string) {
 	t.Helper()
+	url, tokenFile, _ = startLedger(t, ttl)
+	return url, tokenFile
+}
+
+// startLedger is startAllocator, also returning its ledger; the service
+// gets opts.
+func startLedger(t *testing.T, ttl time.Duration, opts ...allocator.ServiceOption) (url, tokenFile string, led *allocator.Ledger) {
+	t.Helper()
 	dir := t.TempDir()
 	led, err := allocator.Open(filepath.Join(dir, "allocator.db"), allocator.WithTTL(ttl))
 	if err != nil {
@@ -35,8 +43,8 @@ func startAllocator(t *testing.T, ttl time.Duration) (url, tokenFile string) {
 		}
 	})
 	mux := http.NewServeMux()
-	allocator.Mount(mux, allocator.NewService(led), allocator.BearerAuth([]string{"test-token"}))
-	return testkit.H2C(t, mux), tokenFile
+	allocator.Mount(mux, allocator.NewService(led, opts...), allocator.BearerAuth([]string{"test-token"}))
+	return testkit.H2C(t, mux), tokenFile, led
 }
 
 // TestSkewedTrafficSharesOneBudget is the end-to-end check over real HTTP

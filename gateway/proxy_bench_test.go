@@ -1,0 +1,73 @@
+package gateway_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"runtime"
+	"testing"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/gateway"
+	"github.com/rationhq/ration/internal/testkit"
+	"github.com/rationhq/ration/spender/spenderhttp"
+)
+
+// BenchmarkUpstream measures, in one run and on one echo engine over
+// loopback, 32 concurrent clients sending a 140-byte chat request to
+//
+//	engine      the echo engine directly
+//	bare-proxy  a bare httputil.ReverseProxy with a pooled transport
+//	gateway     one gateway instance (auth, the limit stage on a
+//	            standalone Limiter, the engine's /v1/tokenize, the proxy),
+//	            its connections to the engine pooled
+//	gateway-default-transport  the same on http.DefaultTransport (2 idle
+//	            connections per host), as before issue 14 part 7
+//
+// and reports requests/s of each. Issue 14 asks the gateway for at least
+// 0.6x the bare proxy's requests/s. Interleave with -count:
+//
+//	go test -run '^$' -bench BenchmarkUpstream -benchtime 3s -count 3 ./gateway
+func BenchmarkUpstream(b *testing.B) {
+	const clients = 32
+	engine, _ := countedEngine(b)
+	up, err := gateway.ParseUpstream(engine)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr := gateway.NewUpstreamTransport(gateway.DefaultUpstreamConns)
+	b.Cleanup(tr.CloseIdleConnections)
+	bare := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(up) },
+		Transport: tr,
+	})
+	b.Cleanup(bare.Close)
+	gw := pooledGateway(b, engine, gateway.DefaultUpstreamConns)
+	old, err := gateway.New(testKeys(b), testkit.Limiter(b, ration.SystemClock{}), up,
+		gateway.WithTransport(http.DefaultTransport), gateway.WithCounter(spenderhttp.TokenizeCounter{BaseURL: engine}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	oldSrv := httptest.NewServer(old)
+	b.Cleanup(oldSrv.Close)
+
+	for _, target := range []struct{ name, url string }{
+		{"engine", engine}, {"bare-proxy", bare.URL}, {"gateway", gw}, {"gateway-default-transport", oldSrv.URL},
+	} {
+		b.Run(target.name, func(b *testing.B) {
+			client := &http.Client{Transport: gateway.NewUpstreamTransport(clients)}
+			defer client.CloseIdleConnections()
+			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if status := chatOnce(client, target.url); status != http.StatusOK {
+						b.Errorf("%s: status %d", target.name, status)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+		})
+	}
+}
