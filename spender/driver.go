@@ -104,18 +104,20 @@ func (d *driver) reserve(ctx context.Context, key string, lim ration.Limits, c r
 // wait is reserve's slow path: it waits for w to be ready (or its
 // deadline, or ctx) and asks the machine again, until it decides.
 func (d *driver) wait(ctx context.Context, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool, w *waiter) (Reservation, time.Time, error) {
-	deadline := make(chan struct{})
-	t := d.clock.AfterFunc(w.deadline.Sub(d.l.now()), func() { close(deadline) })
-	defer t.Stop()
 	for {
+		deadline := make(chan struct{})
+		t := d.clock.AfterFunc(w.deadline.Sub(d.l.now()), func() { close(deadline) })
 		select {
 		case <-w.ready:
 		case <-deadline:
 		case <-ctx.Done():
+			t.Stop()
 			return nil, time.Time{}, ctx.Err()
 		case <-d.stop:
+			t.Stop()
 			return nil, time.Time{}, ErrClosed
 		}
+		t.Stop()
 		r, at, next, err := d.l.reserveLeased(d.l.now(), key, lim, c, maxWait, ahead, w)
 		if next == nil {
 			return r, at, err

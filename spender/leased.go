@@ -16,8 +16,9 @@ var errUnreachable = errors.New("spender: allocator unreachable")
 // when the fallback policy decides.
 type waiter struct {
 	ready    <-chan struct{}
-	deadline bucket.Instant
-	job      *aheadJob // ReserveAt: the reservation asked for ahead
+	deadline bucket.Instant // when to look again without an answer
+	limit    bucket.Instant // the latest deadline: SlowPathDeadline + CallTimeout after the first ask
+	job      *aheadJob      // ReserveAt: the reservation asked for ahead
 }
 
 // oversize reports whether c can never fit lim, and in which dimension.
@@ -74,7 +75,7 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 		lz.urgent = true
 		lz.mu.Unlock()
 		lz.wake()
-		return nil, time.Time{}, &waiter{ready: job.done, deadline: now.Add(lz.cfg.tuning.SlowPathDeadline), job: job}, nil
+		return nil, time.Time{}, lz.newWaiter(job.done, now, job), nil
 	}
 	switch {
 	case ls.notBefore > now:
@@ -82,9 +83,14 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 	case w != nil && ls.tooLarge:
 		dim, _ := oversize(lim, c)
 		return reject(&RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c})
-	case lz.fallback.Load(), w != nil && now >= w.deadline:
+	case lz.fallback.Load(), w != nil && now >= w.deadline && (now >= w.limit || !lz.awaitingAnswer(ls)):
 		r, err := lz.fallbackLocked(st, c, now)
 		return r, l.timeOf(now), nil, err
+	case w != nil && now >= w.deadline:
+		// Past the slow-path deadline, but the allocator is slow, not
+		// unreachable: a false 429 from an empty fallback bucket would be
+		// worse than waiting for the call already under way.
+		w.deadline = min(w.limit, now.Add(lz.attemptTimeout()))
 	}
 	lc := lim.Limited(c)
 	ls.waitMax = ls.waitMax.Max(lc)
@@ -94,10 +100,16 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 	}
 	lz.enqueueLocked(st, true, now)
 	if w == nil {
-		w = &waiter{deadline: now.Add(lz.cfg.tuning.SlowPathDeadline)}
+		w = lz.newWaiter(nil, now, nil)
 	}
 	w.ready = ls.wait
 	return nil, time.Time{}, w, nil
+}
+
+// newWaiter is a waiter first asked at now.
+func (lz *leaser) newWaiter(ready <-chan struct{}, now bucket.Instant, job *aheadJob) *waiter {
+	tune := lz.cfg.tuning
+	return &waiter{ready: ready, deadline: now.Add(tune.SlowPathDeadline), limit: now.Add(tune.SlowPathDeadline + tune.CallTimeout), job: job}
 }
 
 // finishAheadLocked decides a ReserveAt whose reservation ahead was asked
@@ -201,6 +213,7 @@ func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Insta
 	ls.debt = ls.debt.Add(lc)
 	ls.record(lc, now)
 	m.admit(pathFallback)
+	lz.logFallback(st.key, now)
 	return ls.reservation(st, c, now, pathFallback, 0), nil
 }
 

@@ -473,3 +473,72 @@ func TestLeasedAbsurdUsageSaturates(t *testing.T) {
 		t.Fatalf("after a debt of about 2^50 tokens the key waits %v; want a very long wait", rej.RetryAfter)
 	}
 }
+
+// jitterSource delays every allocator answer by a pseudo-random latency up
+// to max (virtual time, in a synctest bubble): an allocator whose commits
+// linger and sometimes take longer than the slow-path deadline.
+type jitterSource struct {
+	spender.LeaseSource
+	mu  sync.Mutex
+	rng uint64
+	max time.Duration
+}
+
+func (j *jitterSource) delay() {
+	j.mu.Lock()
+	j.rng = j.rng*6364136223846793005 + 1442695040888963407
+	d := time.Duration(j.rng>>33) % j.max
+	j.mu.Unlock()
+	time.Sleep(d) // virtual: the bubble's clock
+}
+
+func (j *jitterSource) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	j.delay()
+	return j.LeaseSource.Acquire(ctx, r)
+}
+
+// TestLeasedSlowAllocatorIsNotAnOutage: a healthy allocator whose answers
+// take up to 90 ms (beyond the 50 ms slow-path deadline) is slow, not
+// unreachable: three spenders at half the limit for a virtual minute see no
+// 429 and no fallback admission.
+func TestLeasedSlowAllocatorIsNotAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var clk bubbleClock
+		src := newAllocator(t, clk)
+		lim := ration.Limits{RPM: 600, TPM: 600_000} // 10 requests a second in all
+		var ls []*spender.Limiter
+		for i := range 3 {
+			j := &jitterSource{LeaseSource: src, rng: uint64(i + 1), max: 90 * time.Millisecond}
+			ls = append(ls, newLimiter(t, clk, spender.WithLeases(j), spender.WithSpenderID("gw-"+strconv.Itoa(i))))
+		}
+		defer func() {
+			for _, l := range ls {
+				l.Close(ctx)
+			}
+		}()
+		var rejected, fallback atomic.Int64
+		var wg sync.WaitGroup
+		for i, l := range ls {
+			wg.Go(func() {
+				for n := range 100 { // one every 600 ms each: 5 a second in all
+					time.Sleep(600 * time.Millisecond)
+					key := "key-" + strconv.Itoa(i*1000+n%7) // fresh keys too: first requests wait for a lease
+					r, err := l.Reserve(ctx, key, lim, ration.Amount{Requests: 1, Tokens: 100})
+					if err != nil {
+						rejected.Add(1)
+						t.Logf("spender %d request %d: %v", i, n, err)
+						continue
+					}
+					if spender.AdmissionPath(r) == spender.PathFallback {
+						fallback.Add(1)
+					}
+					r.Settle(ration.Amount{Requests: 1, Tokens: 80})
+				}
+			})
+		}
+		wg.Wait()
+		if rejected.Load() != 0 || fallback.Load() != 0 {
+			t.Fatalf("a slow but healthy allocator gave %d rejections and %d fallback admissions; want none", rejected.Load(), fallback.Load())
+		}
+	})
+}

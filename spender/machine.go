@@ -51,8 +51,11 @@ type leaser struct {
 	rng      *rand.Rand
 	notify   func() // the driver's wake-up, called when something is queued; nil for none
 
-	fallback  atomic.Bool  // the allocator counts as unreachable
-	rtt       atomic.Int64 // smoothed call latency, nanoseconds
+	fallback  atomic.Bool    // the allocator counts as unreachable
+	rtt       atomic.Int64   // smoothed call latency, nanoseconds
+	rttMax    atomic.Int64   // the slowest recent answer, decaying; 0 until the first answer
+	fbLogAt   bucket.Instant // guarded by mu: when the next fallback admission may be logged
+	fbLogged  int            // guarded by mu: fallback admissions since the last log line
 	maxActive atomic.Uint32
 }
 
@@ -140,11 +143,25 @@ func (lz *leaser) wake() {
 	}
 }
 
-// attemptTimeout bounds one attempt of a call: ten round trips as measured
-// so far, at least 25ms, at most the configured call timeout. A lost
-// message is then retried well within the slow-path deadline.
+// attemptTimeout bounds one attempt of a call: ten smoothed round trips or
+// three times the slowest recent answer, whichever is longer, at least
+// 25ms, at most the configured call timeout. It follows the allocator's
+// own tail (a commit that lingers), so a slow answer is not taken for a
+// lost one; before the first answer it is ten slow-path deadlines.
 func (lz *leaser) attemptTimeout() time.Duration {
-	return min(lz.cfg.tuning.CallTimeout, max(25*time.Millisecond, 10*time.Duration(lz.rtt.Load())))
+	tune := lz.cfg.tuning
+	slowest := time.Duration(lz.rttMax.Load())
+	if slowest == 0 {
+		return min(tune.CallTimeout, 10*tune.SlowPathDeadline)
+	}
+	return min(tune.CallTimeout, max(25*time.Millisecond, 10*time.Duration(lz.rtt.Load()), 3*slowest))
+}
+
+// observe records an answer's latency d.
+func (lz *leaser) observe(d time.Duration) {
+	lz.rtt.Store((lz.rtt.Load()*7 + int64(d)) / 8)
+	m := lz.rttMax.Load()
+	lz.rttMax.Store(max(int64(d), m-m/16)) // the slowest of roughly the last sixteen answers
 }
 
 // lead is how long before a lease runs out a refresh should start.
@@ -274,7 +291,7 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 	if err == nil {
 		lz.call = nil
 		lz.mu.Unlock()
-		lz.rtt.Store((lz.rtt.Load()*7 + int64(now.Sub(c.attempt))) / 8)
+		lz.observe(now.Sub(c.attempt))
 		lz.setFallback(false, nil)
 		if c.ahead != nil {
 			lz.finishAhead(c, resp.(*leasev1.ReserveAheadResponse), now)
@@ -323,6 +340,33 @@ func (lz *leaser) dropLocked(c *leaseCall, now bucket.Instant, msg string, err e
 	lz.log.Error(msg, "method", c.method(), "err", err)
 	lz.giveUp(c, now)
 	lz.checkFlushes()
+}
+
+// awaitingAnswer reports whether st's key is queued for, or carried by, a
+// call that has not failed (the caller holds st's shard lock): the
+// allocator is slow, not known to be unreachable.
+func (lz *leaser) awaitingAnswer(ls *leaseState) bool {
+	if !ls.queued && !ls.inCall {
+		return false
+	}
+	lz.mu.Lock()
+	defer lz.mu.Unlock()
+	return lz.call == nil || lz.call.fails == 0
+}
+
+// logFallback logs fallback admissions at most once a second, with their
+// count (every one is also counted in the metrics).
+func (lz *leaser) logFallback(key string, now bucket.Instant) {
+	lz.mu.Lock()
+	lz.fbLogged++
+	if now < lz.fbLogAt {
+		lz.mu.Unlock()
+		return
+	}
+	n := lz.fbLogged
+	lz.fbLogged, lz.fbLogAt = 0, now.Add(time.Second)
+	lz.mu.Unlock()
+	lz.log.Warn("spender: admitted under the fallback policy", "key", key, "admissions", n, "policy", lz.cfg.policy.String())
 }
 
 // checkAnswer reports an answer that does not match its call.
