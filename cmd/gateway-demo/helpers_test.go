@@ -50,6 +50,13 @@ func testConfig(t *testing.T, instances int, keysFile string) config {
 // its logs if the test failed.
 func startFleet(t *testing.T, cfg config, clock ration.Clock) *fleet {
 	t.Helper()
+	f, _ := startFleetLogs(t, cfg, clock)
+	return f
+}
+
+// startFleetLogs is startFleet, also returning the demo's log buffer.
+func startFleetLogs(t *testing.T, cfg config, clock ration.Clock) (*fleet, *testkit.SyncBuffer) {
+	t.Helper()
 	logs := &testkit.SyncBuffer{}
 	f, err := start(t.Context(), cfg, deps{clock: clock, logOut: logs})
 	if err != nil {
@@ -63,5 +70,5 @@ func startFleet(t *testing.T, cfg config, clock ration.Clock) *fleet {
 			t.Logf("demo logs:\n%s", logs.String())
 		}
 	})
-	return f
+	return f, logs
 }

@@ -66,19 +66,7 @@ func TestSeparateProcessesShareOneAllocator(t *testing.T) {
 	for range 2 {
 		cfg := testConfig(t, 3, keys)
 		cfg.allocatorURL, cfg.tokenFile = allocURL, tokenFile
-		buf := &testkit.SyncBuffer{}
-		f, err := start(t.Context(), cfg, deps{logOut: buf})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := f.stop(); err != nil {
-				t.Errorf("stop: %v", err)
-			}
-			if t.Failed() {
-				t.Logf("logs of the fleet with spender ids %s-*:\n%s", f.spenderID, buf.String())
-			}
-		})
+		f, buf := startFleetLogs(t, cfg, nil)
 		fleets = append(fleets, f)
 		logs = append(logs, buf)
 	}
