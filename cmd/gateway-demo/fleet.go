@@ -124,12 +124,16 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 	}
 	f.engineURL = up.String()
 
+	if f.spenderID = cfg.spenderID; f.spenderID == "" {
+		f.spenderID = defaultSpenderPrefix()
+	}
 	if f.source, err = openLeaseSource(ctx, cfg, d.clock, f.log); err != nil {
 		closeAll(listeners)
 		return nil, err
 	}
-	if f.spenderID = cfg.spenderID; f.spenderID == "" {
-		f.spenderID = defaultSpenderPrefix()
+	if err := f.source.checkToken(ctx, f.spenderID, cfg, f.log); err != nil {
+		closeAll(listeners)
+		return nil, err
 	}
 	for i, ln := range listeners {
 		inst, err := f.startInstance(i, ln, up, d.clock)

@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,4 +143,25 @@ func allocatorCalls(t *testing.T, reg *prometheus.Registry) (calls, refused floa
 		}
 	}
 	return calls, refused
+}
+
+// TestWrongTokenStopsTheStart is issue 14 part 6: a token the allocator
+// refuses is an error at start that names the flag, not a gateway that
+// answers every request 429 from its fallback bucket.
+func TestWrongTokenStopsTheStart(t *testing.T) {
+	allocURL, _, _ := startLedger(t, 10*time.Second)
+	wrong := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(wrong, []byte("not-the-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, 1, "")
+	cfg.allocatorURL, cfg.tokenFile = allocURL, wrong
+	f, err := start(t.Context(), cfg, deps{logOut: io.Discard})
+	if err == nil {
+		f.stop()
+		t.Fatal("the demo started with a token the allocator refuses")
+	}
+	if !strings.Contains(err.Error(), "refused the token in -token-file "+wrong) {
+		t.Fatalf("start: %v, want an error naming the token file", err)
+	}
 }

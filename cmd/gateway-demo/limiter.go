@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"connectrpc.com/connect/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
@@ -78,6 +80,32 @@ func openLeaseSource(ctx context.Context, cfg config, clock ration.Clock, log *s
 			return led.Close()
 		},
 	}, nil
+}
+
+// checkToken makes one cheap authenticated call to a remote allocator, so
+// that a token it refuses stops the start with a clear error instead of
+// turning every request into a fallback 429. The call is a Release of
+// nothing by a one-off spender id (PREFIX/token-check): it holds nothing
+// and closes its own epoch. An allocator that cannot be reached is only
+// logged: the gateways start and follow their fallback policy until it
+// answers.
+func (s *leaseSource) checkToken(ctx context.Context, prefix string, cfg config, log *slog.Logger) error {
+	if s.ledger != nil {
+		return nil // embedded: in process, no token
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := s.src.Release(ctx, &leasev1.ReleaseRequest{Caller: &leasev1.Caller{
+		SpenderId: prefix + "/token-check", Epoch: uint64(time.Now().UnixNano()), Sequence: 1}})
+	switch connect.CodeOf(err) {
+	case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+		return fmt.Errorf("-allocator %s refused the token in -token-file %s: %w", cfg.allocatorURL, cfg.tokenFile, err)
+	}
+	if err != nil {
+		log.Warn("gateway-demo: allocator not reachable at start; the gateways follow their fallback policy until it answers",
+			"allocator", cfg.allocatorURL, "err", err)
+	}
+	return nil
 }
 
 // remoteSource is a client of cmd/allocator at cfg.allocatorURL (h2c for
