@@ -19,7 +19,7 @@ import (
 func TestMountServesConcurrentCalls(t *testing.T) {
 	l := newLedger(t, newFakeClock())
 	mux := http.NewServeMux()
-	Mount(mux, NewService(l), BearerAuth([]string{"tok"}))
+	Mount(mux, NewService(l), BearerAuth([]string{"tok"}, nil))
 	url := testkit.H2C(t, mux)
 
 	for _, p := range []struct {

@@ -30,7 +30,7 @@ func serveAllocator(t *testing.T, clk *fakeclock.Clock, token string) string {
 func serveService(t testing.TB, svc *allocator.Service, token string) string {
 	t.Helper()
 	mux := http.NewServeMux()
-	allocator.Mount(mux, svc, allocator.BearerAuth([]string{token}))
+	allocator.Mount(mux, svc, allocator.BearerAuth([]string{token}, nil))
 	return testkit.H2C(t, mux)
 }
 

@@ -83,7 +83,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 			ln.Close()
 			return err
 		}
-		interceptors = append(interceptors, allocator.BearerAuth(tokens))
+		interceptors = append(interceptors, allocator.BearerAuth(tokens, log))
 	} else {
 		log.Warn("allocator: authentication disabled (-no-auth)")
 	}

@@ -43,7 +43,7 @@ func startLedger(t *testing.T, ttl time.Duration, opts ...allocator.ServiceOptio
 		}
 	})
 	mux := http.NewServeMux()
-	allocator.Mount(mux, allocator.NewService(led, opts...), allocator.BearerAuth([]string{"test-token"}))
+	allocator.Mount(mux, allocator.NewService(led, opts...), allocator.BearerAuth([]string{"test-token"}, nil))
 	return testkit.H2C(t, mux), tokenFile, led
 }
 
