@@ -3,6 +3,7 @@ package allocator
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,6 +15,7 @@ import (
 	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/bucket"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 var (
@@ -305,6 +307,9 @@ func Open(path string, opts ...Option) (*Ledger, error) {
 	// NoFreelistSync and the map freelist are safe (the freelist is rebuilt
 	// at open) and make commits cheaper; NoSync is never set outside tests.
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("allocator: open store %s: %w: another process holds its lock (a second allocator on the same data directory?)", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("allocator: open store %s: %w", path, err)
 	}

@@ -3,6 +3,8 @@ package allocator
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -365,5 +367,19 @@ func TestCommitLingerSteps(t *testing.T) {
 		if fmt.Sprint(slept) != fmt.Sprint(tc.want) {
 			t.Errorf("linger(%v, last %d) with calls arriving in the first %d steps (%d each) slept %v, want %v", tc.max, tc.last, tc.arriving, tc.perStep, slept, tc.want)
 		}
+	}
+}
+
+// TestSecondOpenNamesTheLock: a second ledger on the same file waits for
+// bbolt's lock, then fails saying what holds it.
+func TestSecondOpenNamesTheLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "allocator.db")
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := Open(path); err == nil || !strings.Contains(err.Error(), "another process holds its lock") {
+		t.Fatalf("second Open: %v, want an error naming the lock", err)
 	}
 }

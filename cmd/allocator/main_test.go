@@ -28,3 +28,20 @@ func TestHelpIsNotAFailure(t *testing.T) {
 		t.Fatalf("parseConfig(-help) = %v, want flag.ErrHelp", err)
 	}
 }
+
+// TestCommitHealth: /readyz follows the last commit: a failed one makes
+// the allocator unready until a commit succeeds again.
+func TestCommitHealth(t *testing.T) {
+	var h commitHealth
+	if h.err() != nil {
+		t.Fatal("unready before any commit")
+	}
+	h.observe(errors.New("no space left on device"))
+	if err := h.err(); err == nil || err.Error() != "no space left on device" {
+		t.Fatalf("after a failed commit: %v", err)
+	}
+	h.observe(nil)
+	if err := h.err(); err != nil {
+		t.Fatalf("after a commit succeeded again: %v", err)
+	}
+}

@@ -98,12 +98,17 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 
 	g := &gate{}
 	var ready atomic.Bool
+	var commits commitHealth
 	mux := http.NewServeMux()
 	allocator.Mount(mux, g, interceptors...)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		if err := commits.err(); err != nil {
+			http.Error(w, "not ready: the last commit failed: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ready\n")
@@ -154,6 +159,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 		allocator.WithSessionRetention(cfg.sessionRetention), allocator.WithCommitLinger(cfg.commitLinger),
 		allocator.WithCommitObserver(func(d time.Duration, err error) {
 			metrics.ObserveCommit(d, err)
+			commits.observe(err)
 			if cfg.onCommit != nil {
 				cfg.onCommit()
 			}
@@ -237,4 +243,27 @@ func wholeBody(h http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		h.ServeHTTP(w, r)
 	})
+}
+
+// commitHealth is the result of the store's last commit attempt, for
+// /readyz: an allocator that cannot commit answers no call, so it is not
+// ready until a commit succeeds again (a retried call, or the periodic
+// sweep, tries one).
+type commitHealth struct {
+	last atomic.Pointer[error] // nil: the last commit succeeded (or none was tried)
+}
+
+func (h *commitHealth) observe(err error) {
+	if err == nil {
+		h.last.Store(nil)
+		return
+	}
+	h.last.Store(&err)
+}
+
+func (h *commitHealth) err() error {
+	if p := h.last.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
