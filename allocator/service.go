@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect/v2"
+	"connectrpc.com/connect/v2/connectproto"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rationhq/ration"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
@@ -99,7 +105,9 @@ func (s *Service) fail(method string, start time.Time, err error) error {
 
 // codeOf is the one table from ledger errors to connect codes. The message
 // is public (it reaches the spender); internal detail travels only as the
-// cause. See docs/allocator.md "Errors".
+// cause. A refusal the spender acts on also carries a detail (see the
+// ration package's ErrorDomain): the field of an InvalidArgument, the
+// reason of a FailedPrecondition. See docs/allocator.md "Errors".
 //
 //	ErrInvalidArgument (an *InputError)    InvalidArgument    "allocator: keys[3].want.tokens: ..."
 //	ErrStaleSequence, ErrSequenceReused,
@@ -109,14 +117,18 @@ func (s *Service) fail(method string, start time.Time, err error) error {
 //	anything else                          Internal            "allocator: internal error"
 func codeOf(err error) *connect.Error {
 	var ce *connect.Error
+	var ie *InputError
 	switch {
 	case errors.As(err, &ce):
 		return ce
-	case errors.Is(err, ErrInvalidArgument):
-		return connect.NewError(connect.CodeInvalidArgument, err.Error()).WithCause(err)
+	case errors.As(err, &ie):
+		return withDetail(connect.NewError(connect.CodeInvalidArgument, err.Error()).WithCause(err),
+			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: ie.Field, Description: ie.Reason}}})
 	case errors.Is(err, ErrStaleSequence), errors.Is(err, ErrSequenceReused),
 		errors.Is(err, ErrStaleEpoch), errors.Is(err, ErrEpochReleased):
-		return connect.NewError(connect.CodeFailedPrecondition, err.Error()).WithCause(err)
+		return withDetail(connect.NewError(connect.CodeFailedPrecondition, err.Error()).WithCause(err), refusal(err))
+	case errors.Is(err, ErrInvalidArgument):
+		return connect.NewError(connect.CodeInvalidArgument, err.Error()).WithCause(err)
 	case errors.Is(err, ErrClosed):
 		return connect.NewError(connect.CodeUnavailable, "allocator: shutting down").WithCause(err)
 	case errors.Is(err, ErrNotDurable):
@@ -127,4 +139,32 @@ func codeOf(err error) *connect.Error {
 		return connect.NewError(connect.CodeDeadlineExceeded, "allocator: deadline exceeded").WithCause(err)
 	}
 	return connect.NewError(connect.CodeInternal, "allocator: internal error").WithCause(err)
+}
+
+// refusal is the ErrorInfo of a call refused for its epoch or sequence.
+func refusal(err error) *errdetails.ErrorInfo {
+	info := &errdetails.ErrorInfo{Domain: ration.ErrorDomain}
+	var se *StaleEpochError
+	switch {
+	case errors.As(err, &se):
+		info.Reason = ration.ReasonStaleEpoch
+		info.Metadata = map[string]string{ration.MetaLatestEpoch: strconv.FormatUint(se.Latest, 10)}
+	case errors.Is(err, ErrStaleEpoch):
+		info.Reason = ration.ReasonStaleEpoch
+	case errors.Is(err, ErrStaleSequence):
+		info.Reason = ration.ReasonStaleSequence
+	case errors.Is(err, ErrSequenceReused):
+		info.Reason = ration.ReasonSequenceReused
+	default:
+		info.Reason = ration.ReasonEpochReleased
+	}
+	return info
+}
+
+// withDetail adds msg to ce as an error detail (it always marshals).
+func withDetail(ce *connect.Error, msg proto.Message) *connect.Error {
+	if d, err := connectproto.NewErrorDetail(msg); err == nil {
+		ce = ce.WithDetail(d)
+	}
+	return ce
 }

@@ -8,25 +8,31 @@ import (
 	"testing"
 
 	"connectrpc.com/connect/v2"
+	"connectrpc.com/connect/v2/connectproto"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/rationhq/ration"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
 func TestErrorTable(t *testing.T) {
 	for _, tc := range []struct {
-		err  error
-		code connect.Code
-		msg  string
+		err    error
+		code   connect.Code
+		msg    string
+		detail string // the BadRequest field or ErrorInfo reason (and metadata) the spender reads
 	}{
-		{&InputError{Field: "keys[3].want.tokens", Reason: "-1 outside [0, 9]"}, connect.CodeInvalidArgument, "allocator: keys[3].want.tokens: -1 outside [0, 9]"},
-		{fmt.Errorf("x: %w", ErrStaleSequence), connect.CodeFailedPrecondition, "x: stale sequence"},
-		{fmt.Errorf("x: %w", ErrSequenceReused), connect.CodeFailedPrecondition, "x: sequence reused with a different request"},
-		{fmt.Errorf("x: %w", ErrStaleEpoch), connect.CodeFailedPrecondition, "x: stale epoch"},
-		{fmt.Errorf("x: %w", ErrEpochReleased), connect.CodeFailedPrecondition, "x: epoch released"},
-		{ErrClosed, connect.CodeUnavailable, "allocator: shutting down"},
-		{fmt.Errorf("%w: disk full", ErrNotDurable), connect.CodeUnavailable, "allocator: store unavailable; retry the same call"},
-		{context.Canceled, connect.CodeCanceled, "allocator: canceled"},
-		{context.DeadlineExceeded, connect.CodeDeadlineExceeded, "allocator: deadline exceeded"},
-		{errors.New("secret detail"), connect.CodeInternal, "allocator: internal error"},
+		{&InputError{Field: "keys[3].want.tokens", Reason: "-1 outside [0, 9]"}, connect.CodeInvalidArgument, "allocator: keys[3].want.tokens: -1 outside [0, 9]", "keys[3].want.tokens"},
+		{fmt.Errorf("x: %w", ErrStaleSequence), connect.CodeFailedPrecondition, "x: stale sequence", ration.ReasonStaleSequence},
+		{fmt.Errorf("x: %w", ErrSequenceReused), connect.CodeFailedPrecondition, "x: sequence reused with a different request", ration.ReasonSequenceReused},
+		{fmt.Errorf("x: %w", ErrStaleEpoch), connect.CodeFailedPrecondition, "x: stale epoch", ration.ReasonStaleEpoch},
+		{fmt.Errorf("x: %w", &StaleEpochError{Latest: 42}), connect.CodeFailedPrecondition, "x: stale epoch (the latest seen is 42)", ration.ReasonStaleEpoch + " 42"},
+		{fmt.Errorf("x: %w", ErrEpochReleased), connect.CodeFailedPrecondition, "x: epoch released", ration.ReasonEpochReleased},
+		{ErrClosed, connect.CodeUnavailable, "allocator: shutting down", ""},
+		{fmt.Errorf("%w: disk full", ErrNotDurable), connect.CodeUnavailable, "allocator: store unavailable; retry the same call", ""},
+		{context.Canceled, connect.CodeCanceled, "allocator: canceled", ""},
+		{context.DeadlineExceeded, connect.CodeDeadlineExceeded, "allocator: deadline exceeded", ""},
+		{errors.New("secret detail"), connect.CodeInternal, "allocator: internal error", ""},
 	} {
 		ce := codeOf(tc.err)
 		if ce.Code() != tc.code || ce.Message() != tc.msg {
@@ -35,7 +41,37 @@ func TestErrorTable(t *testing.T) {
 		if !errors.Is(ce, tc.err) {
 			t.Errorf("codeOf(%v) lost its cause", tc.err)
 		}
+		if got := detailText(t, ce); got != tc.detail {
+			t.Errorf("codeOf(%v) detail %q, want %q", tc.err, got, tc.detail)
+		}
 	}
+}
+
+// detailText is ce's detail as the table states it: a BadRequest's field,
+// or an ErrorInfo's reason and latest epoch.
+func detailText(t *testing.T, ce *connect.Error) string {
+	var out []string
+	for _, d := range ce.Details() {
+		m, err := connectproto.UnmarshalErrorDetail(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := m.(type) {
+		case *errdetails.BadRequest:
+			for _, v := range m.GetFieldViolations() {
+				out = append(out, v.GetField())
+			}
+		case *errdetails.ErrorInfo:
+			if m.GetDomain() != ration.ErrorDomain {
+				t.Errorf("ErrorInfo domain %q", m.GetDomain())
+			}
+			out = append(out, m.GetReason())
+			if e, ok := m.GetMetadata()[ration.MetaLatestEpoch]; ok {
+				out = append(out, e)
+			}
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // The in-process Service answers with the same codes as the network.

@@ -32,6 +32,22 @@ var (
 	ErrEpochReleased = errors.New("epoch released")
 )
 
+// StaleEpochError is ErrStaleEpoch with the latest epoch the allocator has
+// seen for the spender id. A spender that has had no call answered in its
+// epoch may start one above it (its predecessor is gone, its clock went
+// back); one that has is not the only live process with its id.
+type StaleEpochError struct {
+	Latest uint64
+}
+
+// Error returns "stale epoch (the latest seen is N)".
+func (e *StaleEpochError) Error() string {
+	return fmt.Sprintf("%v (the latest seen is %d)", ErrStaleEpoch, e.Latest)
+}
+
+// Unwrap returns ErrStaleEpoch.
+func (e *StaleEpochError) Unwrap() error { return ErrStaleEpoch }
+
 // InputError reports a malformed request. Field names the offending field
 // in the protocol's terms (for example "keys[3].want.tokens"); the message
 // never echoes an API key.

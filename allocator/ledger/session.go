@@ -36,7 +36,7 @@ func (s *session) check(c Caller, k callKind, d digest) (any, error) {
 		return nil, nil
 	}
 	if c.Epoch < s.epoch {
-		return nil, ErrStaleEpoch
+		return nil, &StaleEpochError{Latest: s.epoch}
 	}
 	switch {
 	case c.Sequence < s.seq:

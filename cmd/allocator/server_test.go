@@ -23,6 +23,11 @@ import (
 
 	"connectrpc.com/connect/v2"
 	"connectrpc.com/connect/v2/connecthttp"
+	"connectrpc.com/connect/v2/connectproto"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/testkit"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
@@ -283,6 +288,10 @@ func TestBadInputOverTheWire(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument || !strings.Contains(ce.Message(), tc.field+":") {
 			t.Errorf("%s: %v, want invalid argument naming %s", tc.name, err, tc.field)
 		}
+		// The field also travels as a google.rpc.BadRequest, for the spender.
+		if br, ok := detailOf[*errdetails.BadRequest](t, err); !ok || len(br.GetFieldViolations()) != 1 || br.GetFieldViolations()[0].GetField() != tc.field {
+			t.Errorf("%s: details %v, want a BadRequest naming %s", tc.name, br, tc.field)
+		}
 	}
 	_, err := c.ReserveAhead(ctx, &leasev1.ReserveAheadRequest{Caller: caller(1), Keys: []*leasev1.KeyReserve{{Key: "k", Limits: lim, MaxWaitUs: -1}}})
 	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "keys[0].max_wait_us") {
@@ -293,6 +302,39 @@ func TestBadInputOverTheWire(t *testing.T) {
 	if rem := r.GetKeys()[0].GetSnapshot().GetTokens().GetRemaining(); err != nil || rem < 5900 || rem > 5901 {
 		t.Fatalf("after bad input: %v %v", r, err)
 	}
+	// A stale epoch says so in a google.rpc.ErrorInfo, with the latest.
+	later := acquireReq("s", 1, "k")
+	later.Caller.Epoch = 7
+	if _, err := c.Acquire(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Acquire(ctx, acquireReq("s", 2, "k"))
+	info, ok := detailOf[*errdetails.ErrorInfo](t, err)
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !ok || info.GetDomain() != ration.ErrorDomain ||
+		info.GetReason() != ration.ReasonStaleEpoch || info.GetMetadata()[ration.MetaLatestEpoch] != "7" {
+		t.Errorf("stale epoch: %v, details %v; want FailedPrecondition with ErrorInfo %s, latest_epoch 7", err, info, ration.ReasonStaleEpoch)
+	}
+}
+
+// detailOf returns err's first error detail of type M.
+func detailOf[M proto.Message](t *testing.T, err error) (M, bool) {
+	t.Helper()
+	var zero M
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return zero, false
+	}
+	for _, d := range ce.Details() {
+		m, err := connectproto.UnmarshalErrorDetail(d)
+		if err != nil {
+			t.Errorf("undecodable detail %s: %v", d.Type, err)
+			continue
+		}
+		if m, ok := m.(M); ok {
+			return m, true
+		}
+	}
+	return zero, false
 }
 
 func TestGracefulShutdownDrainsInFlightCalls(t *testing.T) {
