@@ -15,11 +15,22 @@ import (
 //	/v1/...     authenticate, then (POST only) the limit stage, then the
 //	            reverse proxy to the upstream
 //	/metrics    this instance's Prometheus registry
-//	/healthz    200 "ok"
+//	/healthz    200 "ok" while the process serves
+//	/readyz     200 "ready", or 503 with the reason while the limiter
+//	            says it is not (see Readier)
 //
 // Make one with New. It is safe for concurrent use.
 type Gateway struct {
 	mux *http.ServeMux
+}
+
+// Readier is a limiter that can say whether it is fit to serve. A leased
+// *spender.Limiter is not while its allocator is unreachable (it admits by
+// its fallback policy meanwhile) or while another live process uses its
+// spender id. The gateway's /readyz asks it; a limiter that is not a
+// Readier is always ready.
+type Readier interface {
+	Ready() error
 }
 
 // New returns a gateway that admits requests with limiter (a
@@ -58,10 +69,20 @@ func New(keys *Keyring, limiter spenderhttp.Reserver, upstream *url.URL, opts ..
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if rd, ok := limiter.(Readier); ok {
+			if err := rd.Ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ready\n"))
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		oaierror.Write(w, http.StatusNotFound, oaierror.TypeInvalidRequest, "unknown_url", "",
 			"Unknown request URL: "+r.Method+" "+r.URL.Path+". The gateway serves the OpenAI API under /v1/, "+
-				"and /metrics and /healthz.")
+				"and /metrics, /healthz and /readyz.")
 	})
 	return &Gateway{mux: mux}, nil
 }

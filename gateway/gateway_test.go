@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rationhq/ration/gateway"
+	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -286,6 +288,40 @@ func TestMetricsAndHealth(t *testing.T) {
 	resp, body = send(t, mustGet(t, r.url+"/nope"))
 	if _, code, _ := errorBody(t, body); resp.StatusCode != 404 || code != "unknown_url" {
 		t.Errorf("/nope: %d %s", resp.StatusCode, body)
+	}
+}
+
+// notReady is a limiter whose Ready fails.
+type notReady struct {
+	spenderhttp.Reserver
+	err error
+}
+
+func (n notReady) Ready() error { return n.err }
+
+// TestReadyz: /readyz follows the limiter's Ready; a limiter without one
+// (the standalone *spender.Limiter always answers nil) is ready.
+func TestReadyz(t *testing.T) {
+	u, _ := gateway.ParseUpstream("http://127.0.0.1:1")
+	for _, tc := range []struct {
+		name   string
+		lim    spenderhttp.Reserver
+		status int
+		body   string
+	}{
+		{"standalone", newLimiter(t), 200, "ready\n"},
+		{"ready", notReady{newLimiter(t), nil}, 200, "ready\n"},
+		{"unreachable", notReady{newLimiter(t), spender.ErrAllocatorUnreachable}, 503, "not ready: spender: allocator unreachable\n"},
+	} {
+		g, err := gateway.New(testKeys(t), tc.lim, u, gateway.WithRegistry(prometheus.NewRegistry()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := httptest.NewRecorder()
+		g.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		if w.Code != tc.status || w.Body.String() != tc.body {
+			t.Errorf("%s: /readyz %d %q, want %d %q", tc.name, w.Code, w.Body, tc.status, tc.body)
+		}
 	}
 }
 

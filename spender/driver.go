@@ -2,6 +2,7 @@ package spender
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -160,6 +161,9 @@ func (d *driver) close(ctx context.Context) error {
 		return nil
 	}
 	req := d.lz.release(d.l.now())
+	if err := d.lz.ready(); errors.Is(err, ErrDuplicateSpender) {
+		return fmt.Errorf("spender: leases not returned (they expire at the allocator): %w", err)
+	}
 	backoff := 10 * time.Millisecond
 	for {
 		cctx, cancel := context.WithCancel(ctx)

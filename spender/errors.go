@@ -25,6 +25,25 @@ var (
 	// ErrInvalidCost is returned when a cost has a negative field.
 	ErrInvalidCost = errors.New("spender: invalid cost")
 
+	// ErrKeyRejected is returned for a key whose entry the allocator
+	// refused as invalid (the rest of its lease call went on). The error
+	// names the key and the allocator's reason. The key is not asked for
+	// again until its limits change or it is forgotten as idle.
+	ErrKeyRejected = errors.New("spender: the allocator rejected the key")
+
+	// ErrAllocatorUnreachable is returned by Ready while the allocator
+	// counts as unreachable (until one of its answers arrives), with the
+	// last failure.
+	ErrAllocatorUnreachable = errors.New("spender: allocator unreachable")
+
+	// ErrDuplicateSpender is returned by Ready and Close of a leased
+	// Limiter that found another live process using its spender id: the
+	// allocator moved the id to a newer epoch while this one's calls were
+	// being answered. The Limiter stops calling the allocator (taking the
+	// id back would make the two take turns refusing each other) and
+	// serves its leases, then its fallback policy, until it is closed.
+	ErrDuplicateSpender = errors.New("spender: another live process uses this spender id")
+
 	// ErrClosed is returned by Flush and by the calls of a leased Limiter
 	// after Close.
 	ErrClosed = errors.New("spender: limiter closed")

@@ -9,8 +9,6 @@ import (
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
-var errUnreachable = errors.New("spender: allocator unreachable")
-
 // waiter is a Reserve or ReserveAt that needs the allocator: it asks again
 // when ready is closed (the call carrying its key ended), or at deadline,
 // when the fallback policy decides.
@@ -48,6 +46,9 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 	}
 	defer sh.mu.Unlock()
 	ls := st.ls
+	if ls.rejected != nil {
+		return nil, time.Time{}, nil, ls.rejected
+	}
 	reject := func(rej *RejectError) (Reservation, time.Time, *waiter, error) {
 		lz.cfg.metrics.reject(rej)
 		return nil, time.Time{}, nil, rej
@@ -124,6 +125,9 @@ func (l *Limiter) finishAheadLocked(st *keyState, c ration.Amount, now bucket.In
 			return nil, time.Time{}, w, nil
 		}
 		j.abandoned = true // a late reservation is given back
+	}
+	if errors.Is(j.err, ErrKeyRejected) {
+		return nil, time.Time{}, nil, j.err
 	}
 	if j.err != nil || j.abandoned {
 		r, err := lz.fallbackLocked(st, c, now)

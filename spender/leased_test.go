@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -341,6 +342,11 @@ func TestLeasedOutageFallsBackAndRecovers(t *testing.T) {
 		if float64(admitted) < 0.9*2*float64(rpm/2)*0.5 {
 			t.Fatalf("admitted only %d during the outage: the share policy did not admit", admitted)
 		}
+		for i, l := range f.ls {
+			if err := l.Ready(); !errors.Is(err, spender.ErrAllocatorUnreachable) || !strings.Contains(err.Error(), "partitioned") {
+				t.Errorf("spender %d Ready during the outage: %v; want ErrAllocatorUnreachable with the last failure", i, err)
+			}
+		}
 
 		for _, n := range f.nets {
 			n.partitioned.Store(false)
@@ -350,6 +356,11 @@ func TestLeasedOutageFallsBackAndRecovers(t *testing.T) {
 		for _, l := range f.ls {
 			if err := l.Flush(fctx); err != nil {
 				t.Fatal(err)
+			}
+		}
+		for i, l := range f.ls {
+			if err := l.Ready(); err != nil {
+				t.Errorf("spender %d Ready after the outage: %v", i, err)
 			}
 		}
 		// The debt reached the allocator: the key's global bucket is in debt,

@@ -219,6 +219,7 @@ func (sh *shard) lookupLocked(h uint64, key string, lim ration.Limits, now bucke
 		sh.keys.set(h, st)
 	case st.ls != nil:
 		st.lim, st.kl = lim, &keyLimits{lim: lim}
+		st.ls.rejected = nil // new limits: a new question for the allocator
 	default:
 		st.setLimits(lim, now)
 	}
@@ -259,6 +260,18 @@ func (l *Limiter) Flush(ctx context.Context) error {
 		return nil
 	}
 	return l.drv.flush(ctx)
+}
+
+// Ready reports whether a leased Limiter is served by its allocator: nil
+// unless the allocator counts as unreachable (an error wrapping
+// ErrAllocatorUnreachable and the last failure, until a call is answered
+// again) or another live process uses its spender id (ErrDuplicateSpender,
+// until Close). A standalone Limiter is always ready. Ready makes no call.
+func (l *Limiter) Ready() error {
+	if l.lz == nil {
+		return nil
+	}
+	return l.lz.ready()
 }
 
 // Close stops a leased Limiter's background work and gives back every

@@ -3,8 +3,10 @@ package spender
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +52,9 @@ type leaser struct {
 	closing  bool
 	rng      *rand.Rand
 	notify   func() // the driver's wake-up, called when something is queued; nil for none
+	answered bool   // a call was answered in the current epoch
+	dup      error  // another live process uses our id: no more calls (ErrDuplicateSpender)
+	down     error  // while fallback is on: the failure that turned it on
 
 	fallback  atomic.Bool    // the allocator counts as unreachable
 	rtt       atomic.Int64   // smoothed call latency, nanoseconds
@@ -91,6 +96,9 @@ type leaseCall struct {
 	stale    int  // epochs refused
 	given    bool // the waiters were let go (fallback) at a failure
 }
+
+// size is the number of keys in c.
+func (c *leaseCall) size() int { return len(c.keys) + len(c.jobs) }
 
 // Method names the call's RPC.
 func (c *leaseCall) method() string {
@@ -175,6 +183,10 @@ func (lz *leaser) lead() time.Duration {
 // passed.
 func (lz *leaser) nextCall(now bucket.Instant) *leaseCall {
 	lz.mu.Lock()
+	if lz.dup != nil {
+		lz.mu.Unlock()
+		return nil
+	}
 	if c := lz.call; c != nil {
 		if c.inFlight || now < c.resendAt {
 			lz.mu.Unlock()
@@ -289,7 +301,7 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 	lz.mu.Lock()
 	c.inFlight = false
 	if err == nil {
-		lz.call = nil
+		lz.call, lz.answered = nil, true
 		lz.mu.Unlock()
 		lz.observe(now.Sub(c.attempt))
 		lz.setFallback(false, nil)
@@ -303,18 +315,29 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeInvalidArgument:
+		if i, reason, ok := refusedKey(err, c.size()); ok {
+			lz.rejectKeyLocked(c, i, reason, now)
+			return
+		}
 		lz.dropLocked(c, now, "spender: allocator rejected a call; not retrying", err)
 		return
 	case connect.CodeFailedPrecondition:
-		// Our epoch or sequence is stale (another incarnation with our id,
-		// or the allocator lost our session's tail): start a new epoch and
-		// resend the same body. Holdings of the old one simply expire.
-		if c.stale++; c.stale > 3 {
+		latest, staleEpoch := refusedEpoch(err)
+		if staleEpoch && lz.answered {
+			lz.duplicateLocked(c, now, latest, err)
+			return
+		}
+		// Our epoch or sequence is stale, and none of our calls was
+		// answered in this epoch (a dead predecessor with our id and a
+		// later clock), or the allocator lost our session's tail: start a
+		// new epoch above the allocator's and resend the same body.
+		// Holdings of the old one simply expire.
+		if c.stale++; c.stale > 3 || latest == math.MaxUint64 {
 			lz.dropLocked(c, now, "spender: allocator keeps refusing our epoch; giving up the call", err)
 			return
 		}
-		lz.epoch = max(lz.epoch+1, uint64(lz.l.timeOf(now).UnixNano()))
-		lz.seq = 1
+		lz.epoch = max(lz.epoch+1, latest+1, uint64(lz.l.timeOf(now).UnixNano()))
+		lz.seq, lz.answered = 1, false
 		c.resendAt = now
 		lz.mu.Unlock()
 		lz.log.Warn("spender: allocator refused our epoch or sequence; starting a new epoch", "method", c.method(), "epoch", lz.epoch, "err", err)
@@ -340,6 +363,85 @@ func (lz *leaser) dropLocked(c *leaseCall, now bucket.Instant, msg string, err e
 	lz.log.Error(msg, "method", c.method(), "err", err)
 	lz.giveUp(c, now)
 	lz.checkFlushes()
+}
+
+// rejectKeyLocked takes entry i out of c, which the allocator refused as
+// invalid for that key alone (with lz.mu held, which it releases). Nothing
+// in c was applied: the key fails with the allocator's reason and is not
+// asked for again until its limits change; the rest of c is sent again at
+// once, as a new call.
+func (lz *leaser) rejectKeyLocked(c *leaseCall, i int, reason string, now bucket.Instant) {
+	var st *keyState
+	var wait chan struct{}
+	var job *aheadJob
+	if c.ahead != nil {
+		job, st = c.jobs[i], c.jobs[i].st
+		c.jobs = slices.Delete(c.jobs, i, i+1)
+		c.ahead.Keys = slices.Delete(c.ahead.Keys, i, i+1)
+	} else {
+		st, wait = c.keys[i], c.waits[i]
+		c.keys = slices.Delete(c.keys, i, i+1)
+		c.waits = slices.Delete(c.waits, i, i+1)
+		c.acquire.Keys = slices.Delete(c.acquire.Keys, i, i+1)
+	}
+	empty := c.size() == 0
+	if empty {
+		lz.call = nil
+	} else {
+		lz.seq++ // another body: another sequence
+		c.resendAt = now
+	}
+	lz.mu.Unlock()
+	rej := fmt.Errorf("%w %q: %s", ErrKeyRejected, st.key, reason)
+	lz.log.Error("spender: the allocator rejected a key; it fails alone and is not asked for again until its limits change",
+		"key", st.key, "reason", reason)
+	st.sh.mu.Lock()
+	st.ls.rejected = rej
+	if job == nil {
+		st.ls.inCall = false
+	}
+	st.sh.mu.Unlock()
+	if job != nil {
+		job.finish(nil, now, rej)
+	}
+	if wait != nil {
+		close(wait)
+	}
+	if empty {
+		lz.checkFlushes()
+	}
+	lz.wake()
+}
+
+// duplicateLocked stops the machine's calls for good (with lz.mu held,
+// which it releases): the allocator moved our id to epoch latest while our
+// calls in this epoch were being answered, so another live process has
+// our id. Taking it back would only make the two refuse each other in
+// turn; this one serves its leases, then its fallback policy, and reports
+// the duplicate in Ready and Close.
+func (lz *leaser) duplicateLocked(c *leaseCall, now bucket.Instant, latest uint64, err error) {
+	lz.dup = fmt.Errorf("%w: id %q is in epoch %d at the allocator, ours is %d; give every process its own id",
+		ErrDuplicateSpender, lz.id, latest, lz.epoch)
+	lz.call = nil
+	lz.mu.Unlock()
+	lz.log.Error("spender: another live process uses our spender id; no more allocator calls from this one (leases, then the fallback policy)",
+		"spender_id", lz.id, "epoch", lz.epoch, "allocator_epoch", latest, "err", err)
+	lz.giveUp(c, now)
+	lz.setFallback(true, lz.dup)
+	lz.checkFlushes()
+}
+
+// ready is the Limiter's Ready.
+func (lz *leaser) ready() error {
+	lz.mu.Lock()
+	defer lz.mu.Unlock()
+	switch {
+	case lz.dup != nil:
+		return lz.dup
+	case lz.fallback.Load():
+		return fmt.Errorf("%w: %w", ErrAllocatorUnreachable, lz.down)
+	}
+	return nil
 }
 
 // awaitingAnswer reports whether st's key is queued for, or carried by, a
@@ -398,7 +500,7 @@ func (lz *leaser) giveUp(c *leaseCall, now bucket.Instant) {
 	}
 	c.given = true
 	for _, j := range c.jobs {
-		j.finish(nil, now, errUnreachable)
+		j.finish(nil, now, ErrAllocatorUnreachable)
 	}
 	for i, st := range c.keys {
 		sh := st.sh
@@ -522,6 +624,11 @@ func shortDim(lim ration.Limits, need ration.Amount, sn *leasev1.Snapshot) Dimen
 // setFallback records whether the allocator is reachable, logging and
 // counting each switch once.
 func (lz *leaser) setFallback(on bool, err error) {
+	if on {
+		lz.mu.Lock()
+		lz.down = err
+		lz.mu.Unlock()
+	}
 	if lz.fallback.Swap(on) == on {
 		return
 	}
@@ -614,6 +721,10 @@ func (lz *leaser) flush(now bucket.Instant) (<-chan struct{}, error) {
 	if lz.closing {
 		lz.mu.Unlock()
 		return nil, ErrClosed
+	}
+	if lz.dup != nil {
+		lz.mu.Unlock()
+		return nil, lz.dup
 	}
 	lz.flushes = append(lz.flushes, ch)
 	lz.urgent = true

@@ -165,3 +165,79 @@ func TestWrongTokenStopsTheStart(t *testing.T) {
 		t.Fatalf("start: %v, want an error naming the token file", err)
 	}
 }
+
+// TestDuplicateSpenderIDIsReported: two gateway processes started with the
+// same -spender-id on one allocator. The older one finds out on its next
+// allocator call: its /readyz turns 503 naming the duplicate, it stops
+// calling the allocator, and its stop says its leases were not returned.
+// The newer one serves on, ready; the allocator refuses one call in all
+// (no epoch ping-pong).
+func TestDuplicateSpenderIDIsReported(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	am, err := allocator.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocURL, tokenFile, _ := startLedger(t, 10*time.Second, allocator.WithMetrics(am))
+	keys := writeKeys(t, []gateway.Key{
+		{Key: "sk-p", ID: "p", Tenant: "t", RPM: 60000, TPM: 6_000_000},
+		{Key: "sk-q", ID: "q", Tenant: "t", RPM: 60000, TPM: 6_000_000},
+	})
+	twin := func() config {
+		cfg := testConfig(t, 1, keys)
+		cfg.allocatorURL, cfg.tokenFile, cfg.spenderID = allocURL, tokenFile, "twin"
+		return cfg
+	}
+	logs := &testkit.SyncBuffer{}
+	older, err := start(t.Context(), twin(), deps{logOut: logs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			older.stop()
+		}
+	})
+	if status, body := rawChat(t, older.instances[0].url, "sk-p", "first"); status != http.StatusOK {
+		t.Fatalf("older: %d %s", status, body)
+	}
+	newer := startFleet(t, twin(), nil)
+	if status, body := rawChat(t, newer.instances[0].url, "sk-p", "second"); status != http.StatusOK {
+		t.Fatalf("newer: %d %s", status, body)
+	}
+	rawChat(t, older.instances[0].url, "sk-q", "a new key: an allocator call") // fallback decides: 200 or 429
+
+	if status, body := get(t, older.instances[0].url+"/readyz"); status != http.StatusServiceUnavailable || !strings.Contains(body, "another live process") {
+		t.Errorf("older /readyz: %d %q; want 503 naming the duplicate", status, body)
+	}
+	if status, body := get(t, newer.instances[0].url+"/readyz"); status != http.StatusOK {
+		t.Errorf("newer /readyz: %d %q", status, body)
+	}
+	if !strings.Contains(logs.String(), "another live process uses our spender id") {
+		t.Errorf("older logged no duplicate:\n%s", logs)
+	}
+	stopped = true
+	if err := older.stop(); err == nil || !strings.Contains(err.Error(), "another live process") {
+		t.Errorf("older stop: %v; want an error naming the duplicate", err)
+	}
+	if _, refused := allocatorCalls(t, reg); refused != 1 {
+		t.Errorf("allocator refused %.0f calls as stale; want exactly 1", refused)
+	}
+}
+
+// get fetches url and returns its status and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}

@@ -1,7 +1,9 @@
 package spenderhttp_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -270,5 +273,27 @@ func TestMiddlewareOptionalHeaders(t *testing.T) {
 		if got := w.Header().Get(name); got != v {
 			t.Errorf("%s = %q, want %q", name, got, v)
 		}
+	}
+}
+
+// reserverFunc is a Reserver made of a function.
+type reserverFunc func(ctx context.Context, key string, lim ration.Limits, c ration.Amount) (spender.Reservation, error)
+
+func (f reserverFunc) Reserve(ctx context.Context, key string, lim ration.Limits, c ration.Amount) (spender.Reservation, error) {
+	return f(ctx, key, lim, c)
+}
+
+// TestMiddlewareKeyRejectedByTheAllocator: a key whose entry the allocator
+// refused is the key's configuration at fault, like invalid limits: 403
+// invalid_rate_limits, not a 503 that tells the client to come back.
+func TestMiddlewareKeyRejectedByTheAllocator(t *testing.T) {
+	rej := fmt.Errorf("%w %q: limits.rpm: above the allocator's bound", spender.ErrKeyRejected, "k")
+	r := reserverFunc(func(context.Context, string, ration.Limits, ration.Amount) (spender.Reservation, error) {
+		return nil, rej
+	})
+	h := authed(spenderhttp.Principal{KeyID: "k", Limits: ration.Limits{RPM: 10}}, spenderhttp.Middleware(r, nil)(&echoHandler{}))
+	w := do(h, chat(""))
+	if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), `"invalid_rate_limits"`) {
+		t.Fatalf("status %d body %s; want 403 invalid_rate_limits", w.Code, w.Body)
 	}
 }

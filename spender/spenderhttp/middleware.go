@@ -235,6 +235,10 @@ func (s *stage) reject(w http.ResponseWriter, r *http.Request, p Principal, err 
 		log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: principal has invalid limits", slog.String("key", p.KeyID), slog.Any("err", err))
 		writeError(w, http.StatusForbidden, typeInvalidRequest, codeInvalidLimits, "",
 			"The API key's rate limits are misconfigured; ask the administrator to fix them.")
+	case errors.Is(err, spender.ErrKeyRejected):
+		log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: the allocator rejected the key", slog.String("key", p.KeyID), slog.Any("err", err))
+		writeError(w, http.StatusForbidden, typeInvalidRequest, codeInvalidLimits, "",
+			"The API key's rate limits were refused by the rate limiter; ask the administrator to fix them.")
 	case errors.Is(err, spender.ErrInvalidCost):
 		writeError(w, http.StatusBadRequest, typeInvalidRequest, codeInvalidValue, "",
 			"The request's cost could not be estimated.")
