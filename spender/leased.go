@@ -36,8 +36,8 @@ func oversize(lim ration.Limits, c ration.Amount) (Dimension, bool) {
 // last named, follows the fallback policy, or, when the allocator must be
 // asked, queues the key and returns a waiter (w, or a new one) to ask
 // again with. ahead is wait mode (ReserveAt): it returns the time to send.
-// Every rule of the leased path is here, for the Limiter's own driver and
-// for the simulator alike.
+// The rules for one key are judgeLocked's; the Limiter's own driver and
+// the simulator both come here.
 func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool, w *waiter) (Reservation, time.Time, *waiter, error) {
 	lz := l.lz
 	sh, st, err := l.lockKey(key, lim, now)
@@ -45,31 +45,16 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 		return nil, time.Time{}, nil, err
 	}
 	defer sh.mu.Unlock()
-	ls := st.ls
-	if ls.rejected != nil {
-		return nil, time.Time{}, nil, ls.rejected
-	}
-	reject := func(rej *RejectError) (Reservation, time.Time, *waiter, error) {
-		lz.cfg.metrics.reject(rej)
-		return nil, time.Time{}, nil, rej
-	}
-	if dim, big := oversize(lim, c); big {
-		return reject(&RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c})
-	}
 	if w != nil && w.job != nil {
 		return l.finishAheadLocked(st, c, now, w)
 	}
-	path := pathLocal
-	if w != nil {
-		path = pathSlow
+	v, rej, err := lz.judgeLocked(st, c, now, w)
+	if err != nil {
+		return nil, time.Time{}, nil, err
 	}
-	if r := lz.admitLocked(st, c, now, path); r != nil {
-		if !ahead {
-			return r, time.Time{}, nil, nil // Reserve has no send time
-		}
-		return r, l.timeOf(now), nil, nil
-	}
-	if ahead && !lz.fallback.Load() {
+	if ahead && (v == ask || v == refuse && !rej.Oversize) && !lz.fallback.Load() {
+		// Wait mode asks the allocator to reserve ahead even when the
+		// allocator last named a wait: that is the wait it asks about.
 		job := &aheadJob{st: st, lim: lim, cost: c, maxWait: maxWait, done: make(chan struct{})}
 		lz.mu.Lock()
 		lz.aheads = append(lz.aheads, job)
@@ -78,33 +63,89 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 		lz.wake()
 		return nil, time.Time{}, lz.newWaiter(job.done, now, job), nil
 	}
-	switch {
-	case ls.notBefore > now:
-		return reject(&RejectError{RetryAfter: ls.notBefore.Sub(now), Status: ls.status(lim, now), Dimension: ls.shortDim, Cost: c})
-	case w != nil && ls.tooLarge:
-		dim, _ := oversize(lim, c)
-		return reject(&RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c})
-	case lz.fallback.Load(), w != nil && now >= w.deadline && (now >= w.limit || !lz.awaitingAnswer(ls)):
+	switch v {
+	case admitLease:
+		path := pathLocal
+		if w != nil {
+			path = pathSlow
+		}
+		r := lz.admitLocked(st, c, now, path)
+		if !ahead {
+			return r, time.Time{}, nil, nil // Reserve has no send time
+		}
+		return r, l.timeOf(now), nil, nil
+	case refuse:
+		lz.cfg.metrics.reject(rej)
+		return nil, time.Time{}, nil, rej
+	case fallback:
 		r, err := lz.fallbackLocked(st, c, now)
 		return r, l.timeOf(now), nil, err
+	}
+	if w == nil {
+		w = lz.newWaiter(nil, now, nil)
+	}
+	w.ready = lz.askLocked(st, c, now)
+	return nil, time.Time{}, w, nil
+}
+
+// verdict is what the leased path's rules say of one key's cost.
+type verdict uint8
+
+const (
+	admitLease    verdict = iota + 1 // the lease covers the cost
+	fallback                         // the allocator counts as unreachable (or is too slow): the fallback policy decides
+	refuse                           // refused, with a *RejectError
+	ask                              // the allocator must be asked first
+)
+
+// judgeLocked applies the leased path's rules to c on st at now (the
+// shard locked), changing no budget: the lease covers it; the allocator
+// named a wait, or the cost can never fit (refuse, with the error); the
+// allocator is unreachable, or w is past its deadline without an answer
+// under way (the fallback policy decides: fallbackCheckLocked); or the
+// allocator must be asked. An error is a key the allocator rejected. w is the waiter of a
+// Reserve asking again, nil on the first ask; a waiter past its deadline
+// while its call is under way is given more time here.
+func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant, w *waiter) (verdict, *RejectError, error) {
+	ls, lim := st.ls, st.lim
+	if ls.rejected != nil {
+		return 0, nil, ls.rejected
+	}
+	if dim, big := oversize(lim, c); big {
+		return refuse, &RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c}, nil
+	}
+	if ls.valid(now) && ls.covers(lim, c) {
+		return admitLease, nil, nil
+	}
+	switch {
+	case ls.notBefore > now:
+		return refuse, &RejectError{RetryAfter: ls.notBefore.Sub(now), Status: ls.status(lim, now), Dimension: ls.shortDim, Cost: c}, nil
+	case w != nil && ls.tooLarge:
+		dim, _ := oversize(lim, c)
+		return refuse, &RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c}, nil
+	case lz.fallback.Load(), w != nil && now >= w.deadline && (now >= w.limit || !lz.awaitingAnswer(ls)):
+		return fallback, nil, nil
 	case w != nil && now >= w.deadline:
 		// Past the slow-path deadline, but the allocator is slow, not
 		// unreachable: a false 429 from an empty fallback bucket would be
 		// worse than waiting for the call already under way.
 		w.deadline = min(w.limit, now.Add(lz.attemptTimeout()))
 	}
-	lc := lim.Limited(c)
+	return ask, nil, nil
+}
+
+// askLocked queues st for the next Acquire, asking for c too, and returns
+// the channel closed when that call ends.
+func (lz *leaser) askLocked(st *keyState, c ration.Amount, now bucket.Instant) <-chan struct{} {
+	ls := st.ls
+	lc := st.lim.Limited(c)
 	ls.waitMax = ls.waitMax.Max(lc)
 	ls.waitSum = ls.waitSum.Add(lc)
 	if ls.wait == nil {
 		ls.wait = make(chan struct{})
 	}
 	lz.enqueueLocked(st, true, now)
-	if w == nil {
-		w = lz.newWaiter(nil, now, nil)
-	}
-	w.ready = ls.wait
-	return nil, time.Time{}, w, nil
+	return ls.wait
 }
 
 // newWaiter is a waiter first asked at now.
@@ -173,43 +214,22 @@ func (lz *leaser) admitLocked(st *keyState, c ration.Amount, now bucket.Instant,
 	return ls.reservation(st, c, now, path, ls.gen)
 }
 
-// fallbackLocked decides c for a key without a usable lease while the
-// allocator is unreachable, per the configured policy. What it admits is
-// recorded as debt, reported when the allocator answers again.
+// fallbackLocked admits c for a key without a usable lease while the
+// allocator is unreachable, if the configured policy does (see
+// fallbackCheckLocked). What it admits is recorded as debt, reported when
+// the allocator answers again.
 func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Instant) (Reservation, error) {
 	ls, m := st.ls, lz.cfg.metrics
-	switch lz.cfg.policy {
-	case FailClosed:
-		rej := &RejectError{RetryAfter: time.Second, Status: ls.status(st.lim, now), Dimension: Requests, Cost: c}
-		m.failClosed()
-		return nil, rej
-	case FailOpen:
-	default: // FallbackShare
-		n := ls.active
-		if n == 0 {
-			n = max(1, lz.maxActive.Load())
-		}
-		share := shareOf(st.lim, int64(n))
-		if !ls.fallback || ls.fbLim != share {
-			// Buckets at the share that start empty: the global bucket was
-			// probably spent when the allocator went away, and a full start
-			// would add a burst of the whole capacity across the fleet.
-			fresh := newKeyState(st.sh, st.key, share, now) // a bucket holder, never linked
-			fresh.take(share.Capacity())
-			st.req, st.tok = fresh.req, fresh.tok
-			ls.fallback, ls.fbLim = true, share
-		}
-		fb := keyState{lim: share, req: st.req, tok: st.tok}
-		fb.advance(now)
-		w, dim, fits := fb.wait(c)
-		if !fits {
-			w = time.Second // above this spender's share: try again when the allocator is back
-		}
-		if w > 0 {
-			rej := &RejectError{RetryAfter: w, Status: fb.status(), Dimension: dim, Cost: c}
+	if rej := lz.fallbackCheckLocked(st, c, now); rej != nil {
+		if lz.cfg.policy == FailClosed {
+			m.failClosed()
+		} else {
 			m.reject(rej)
-			return nil, rej
 		}
+		return nil, rej
+	}
+	if lz.cfg.policy == FallbackShare {
+		fb := keyState{lim: ls.fbLim, req: st.req, tok: st.tok}
 		fb.take(c)
 		st.req, st.tok = fb.req, fb.tok
 	}
@@ -219,6 +239,45 @@ func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Insta
 	m.admit(pathFallback)
 	lz.logFallback(st.key, now)
 	return ls.reservation(st, c, now, pathFallback, 0), nil
+}
+
+// fallbackCheckLocked is the fallback policy's answer for c now, nil to
+// admit: FailClosed refuses, FailOpen admits, FallbackShare admits what
+// this spender's share of the key's limits covers (its buckets, at the
+// share, start empty).
+func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.Instant) *RejectError {
+	ls := st.ls
+	switch lz.cfg.policy {
+	case FailClosed:
+		return &RejectError{RetryAfter: time.Second, Status: ls.status(st.lim, now), Dimension: Requests, Cost: c}
+	case FailOpen:
+		return nil
+	}
+	n := ls.active
+	if n == 0 {
+		n = max(1, lz.maxActive.Load())
+	}
+	share := shareOf(st.lim, int64(n))
+	if !ls.fallback || ls.fbLim != share {
+		// Buckets at the share that start empty: the global bucket was
+		// probably spent when the allocator went away, and a full start
+		// would add a burst of the whole capacity across the fleet.
+		fresh := newKeyState(st.sh, st.key, share, now) // a bucket holder, never linked
+		fresh.take(share.Capacity())
+		st.req, st.tok = fresh.req, fresh.tok
+		ls.fallback, ls.fbLim = true, share
+	}
+	fb := keyState{lim: share, req: st.req, tok: st.tok}
+	fb.advance(now)
+	st.req, st.tok = fb.req, fb.tok
+	w, dim, fits := fb.wait(c)
+	if !fits {
+		w = time.Second // above this spender's share: try again when the allocator is back
+	}
+	if w > 0 {
+		return &RejectError{RetryAfter: w, Status: fb.status(), Dimension: dim, Cost: c}
+	}
+	return nil
 }
 
 // shareOf is lim divided among n spenders, at least 1 per limited dimension.
