@@ -16,6 +16,7 @@ const (
 	MaxRate         = 1_000_000_000_000 // requests or tokens per minute, and bursts
 	MaxAmount       = 1 << 50           // requests or tokens in any amount of a call
 	MaxWait         = time.Hour         // the longest wait a wait-mode reservation may ask for
+	MaxBudgets      = 16                // budgets one request may be charged to
 )
 
 // ValidKey reports whether id can name a key everywhere in ration: 1 to

@@ -1,6 +1,8 @@
 package spender_test
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -10,6 +12,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/spender"
 )
 
 // The benchmarks compare our two-dimension Reserve+Settle with
@@ -151,4 +154,70 @@ func BenchmarkReserveSettleParallel(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkReserveAll is a request charged to 1 and to 3 budgets (its key,
+// its team, its model's engine-wide cap) with ReserveAll and
+// Reservations.Settle, standalone and leased (the in-process allocator,
+// warmed up as in BenchmarkLeasedReserveSettle), over 10k keys sharing 100
+// teams and 4 models: about as many budget states as keys, as in the
+// one-budget benchmarks. Compare with BenchmarkReserveSettle and BenchmarkLeasedReserveSettle
+// in the same run; the bar: 3 budgets within 3x of 1.
+//
+//	go test -run '^$' -bench 'ReserveAll|ReserveSettle/(ration|xrate)/10kkeys|LeasedReserveSettle/leased/10kkeys$' -benchmem -count 5 ./spender
+func BenchmarkReserveAll(b *testing.B) {
+	keys := benchKeys(10_000)
+	for _, leased := range []bool{false, true} {
+		mode, lim := "standalone", benchLimits
+		if leased {
+			mode, lim = "leased", leasedBenchLimits
+		}
+		for _, n := range []int{1, 3} {
+			b.Run(fmt.Sprintf("%s/%dbudgets", mode, n), func(b *testing.B) {
+				charges := make([][]spender.Charge, len(keys))
+				actual := make([][]ration.Amount, len(keys))
+				c, used := ration.Amount{Requests: 1, Tokens: 300}, ration.Amount{Requests: 1, Tokens: 120}
+				for i, k := range keys {
+					charges[i] = []spender.Charge{
+						{Key: k, Limits: lim, Cost: c},
+						{Key: "team:" + strconv.Itoa(i%100), Limits: lim, Cost: c},
+						{Key: "model:" + strconv.Itoa(i%4), Limits: lim, Cost: c},
+					}[:n]
+					actual[i] = []ration.Amount{used, used, used}[:n]
+				}
+				l := newLimiter(b, ration.SystemClock{})
+				var src *countingSource
+				if leased {
+					src = newBenchAllocator(b)
+					l = newLimiter(b, ration.SystemClock{}, spender.WithLeases(src))
+					defer l.Close(context.Background())
+				}
+				run := func(i int) {
+					rs, err := l.ReserveAll(ctx, charges[i%len(keys)])
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := rs.Settle(actual[i%len(keys)]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if leased {
+					for i, start := 0, time.Now(); time.Since(start) < time.Second; i++ {
+						run(i) // spend rates known, leases sized
+					}
+					src.calls.Store(0)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				n := 0
+				for i := 0; b.Loop(); i++ {
+					run(i)
+					n++
+				}
+				if src != nil {
+					b.ReportMetric(float64(src.calls.Load())/float64(n), "calls/op")
+				}
+			})
+		}
+	}
 }

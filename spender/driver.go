@@ -95,36 +95,49 @@ func (d *driver) send(c *leaseCall) {
 // decides; when it must ask the allocator first, the caller waits for the
 // answer (or the slow-path deadline, on the Clock) and asks again.
 func (d *driver) reserve(ctx context.Context, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool) (Reservation, time.Time, error) {
-	r, at, w, err := d.l.reserveLeased(d.l.now(), key, lim, c, maxWait, ahead, nil)
-	if w == nil {
-		return r, at, err
-	}
-	return d.wait(ctx, key, lim, c, maxWait, ahead, w)
-}
-
-// wait is reserve's slow path: it waits for w to be ready (or its
-// deadline, or ctx) and asks the machine again, until it decides.
-func (d *driver) wait(ctx context.Context, key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool, w *waiter) (Reservation, time.Time, error) {
+	var w *waiter
 	for {
-		deadline := make(chan struct{})
-		t := d.clock.AfterFunc(w.deadline.Sub(d.l.now()), func() { close(deadline) })
-		select {
-		case <-w.ready:
-		case <-deadline:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, time.Time{}, ctx.Err()
-		case <-d.stop:
-			t.Stop()
-			return nil, time.Time{}, ErrClosed
-		}
-		t.Stop()
 		r, at, next, err := d.l.reserveLeased(d.l.now(), key, lim, c, maxWait, ahead, w)
 		if next == nil {
 			return r, at, err
 		}
 		w = next
+		if err := d.await(ctx, w); err != nil {
+			return nil, time.Time{}, err
+		}
 	}
+}
+
+// reserveAll is ReserveAll on a leased Limiter, waiting as reserve does.
+func (d *driver) reserveAll(ctx context.Context, charges []Charge) (*Reservations, error) {
+	var w *waiter
+	for {
+		rs, next, err := d.l.reserveAllLeased(d.l.now(), charges, w)
+		if next == nil {
+			return rs, err
+		}
+		w = next
+		if err := d.await(ctx, w); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// await blocks until w is ready (the call carrying its key ended), its
+// deadline passes, ctx ends (its error) or the Limiter closes (ErrClosed).
+func (d *driver) await(ctx context.Context, w *waiter) error {
+	deadline := make(chan struct{})
+	t := d.clock.AfterFunc(w.deadline.Sub(d.l.now()), func() { close(deadline) })
+	defer t.Stop()
+	select {
+	case <-w.ready:
+	case <-deadline:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.stop:
+		return ErrClosed
+	}
+	return nil
 }
 
 // flush sends everything waiting to be reported and waits for the answer.

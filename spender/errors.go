@@ -25,6 +25,10 @@ var (
 	// ErrInvalidCost is returned when a cost has a negative field.
 	ErrInvalidCost = errors.New("spender: invalid cost")
 
+	// ErrInvalidCharges is returned by ReserveAll for no charges, more
+	// than ration.MaxBudgets, or one key charged twice.
+	ErrInvalidCharges = errors.New("spender: invalid charges")
+
 	// ErrKeyRejected is returned for a key whose entry the allocator
 	// refused as invalid (the rest of its lease call went on). The error
 	// names the key and the allocator's reason. The key is not asked for
@@ -63,16 +67,21 @@ type RejectError struct {
 	Dimension  Dimension     // the budget that was short (the longer wait when both were)
 	Oversize   bool          // the cost exceeds the capacity of Dimension and can never be admitted
 	Cost       ration.Amount // the cost that was asked for
+	Key        string        // ReserveAll: the budget that refused (the one that waits longest); "" for Reserve
 }
 
 // Error describes which budget ran out and when to come back.
 func (e *RejectError) Error() string {
-	if e.Oversize {
-		return fmt.Sprintf("spender: cost of %d %s exceeds the limit of %d per minute and can never be admitted",
-			e.dimCost(), e.Dimension, e.dimLimit())
+	on := ""
+	if e.Key != "" {
+		on = fmt.Sprintf(" of budget %q", e.Key)
 	}
-	return fmt.Sprintf("spender: rate limited on %s: %d requested, %d remaining; retry after %v",
-		e.Dimension, e.dimCost(), e.dimRemaining(), e.RetryAfter)
+	if e.Oversize {
+		return fmt.Sprintf("spender: cost of %d %s exceeds the limit%s of %d per minute and can never be admitted",
+			e.dimCost(), e.Dimension, on, e.dimLimit())
+	}
+	return fmt.Sprintf("spender: rate limited on %s%s: %d requested, %d remaining; retry after %v",
+		e.Dimension, on, e.dimCost(), e.dimRemaining(), e.RetryAfter)
 }
 
 // Unwrap returns ErrExceedsCapacity or ErrRateLimited.
