@@ -200,7 +200,7 @@ func TestLeasedReserveAllSharesATeam(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var clk bubbleClock
 		alloc := newAllocator(t, clk)
-		team := ration.Limits{RPM: 60}  // one a second, 60 at once
+		team := ration.Limits{RPM: 60} // one a second, 60 at once
 		key := ration.Limits{RPM: 600} // never binding here
 		var ls []*spender.Limiter
 		for i := range 2 {

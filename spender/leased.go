@@ -92,10 +92,10 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 type verdict uint8
 
 const (
-	admitLease    verdict = iota + 1 // the lease covers the cost
-	fallback                         // the allocator counts as unreachable (or is too slow): the fallback policy decides
-	refuse                           // refused, with a *RejectError
-	ask                              // the allocator must be asked first
+	admitLease verdict = iota + 1 // the lease covers the cost
+	fallback                      // the allocator counts as unreachable (or is too slow): the fallback policy decides
+	refuse                        // refused, with a *RejectError
+	ask                           // the allocator must be asked first
 )
 
 // judgeLocked applies the leased path's rules to c on st at now (the
