@@ -10,13 +10,14 @@ import (
 // so the spender and the keys file enforce the same numbers where the
 // input enters: a key every part accepts, or a clear error at the edge.
 const (
-	MaxKeyLen       = 256               // bytes in a key id
-	MaxSpenderIDLen = 128               // bytes in a spender id
-	MaxBatch        = 1024              // keys in one lease call
-	MaxRate         = 1_000_000_000_000 // requests or tokens per minute, and bursts
-	MaxAmount       = 1 << 50           // requests or tokens in any amount of a call
-	MaxWait         = time.Hour         // the longest wait a wait-mode reservation may ask for
-	MaxBudgets      = 16                // budgets one request may be charged to
+	MaxKeyLen       = 256                // bytes in a key id
+	MaxSpenderIDLen = 128                // bytes in a spender id
+	MaxBatch        = 1024               // keys in one lease call
+	MaxRate         = 1_000_000_000_000  // requests or tokens per minute, and bursts
+	MaxAmount       = 1 << 50            // requests or tokens in any amount of a call
+	MaxWait         = time.Hour          // the longest wait a wait-mode reservation may ask for
+	MaxBudgets      = 16                 // budgets one request may be charged to
+	MaxWindow       = 7 * 24 * time.Hour // the longest window a limit's rates may be per (Limits.Window)
 )
 
 // ValidKey reports whether id can name a key everywhere in ration: 1 to

@@ -29,14 +29,29 @@ func (e *LimitsError) Unwrap() error { return ErrInvalidLimits }
 
 // Limits are a key's budgets. A rate of 0 means unlimited: that dimension
 // has no bucket, is never short and reports no headers. A burst of 0 means
-// one minute's budget (capacity = the rate). Each limited dimension is a
-// token bucket of that capacity, refilled continuously at rate per minute
+// one window's budget (capacity = the rate). Each limited dimension is a
+// token bucket of that capacity, refilled continuously at rate per window
 // and starting full.
+//
+// The window is a minute unless Window says otherwise: with Window 24h,
+// RPM and TPM are requests and tokens per day (a bucket that holds a day's
+// budget and refills it over a day). A per-minute and a per-day limit on
+// the same traffic are two budgets (see spender.Limiter.ReserveAll).
 type Limits struct {
-	RPM           int64 // requests per minute, 0 to MaxRate; 0 = unlimited
-	TPM           int64 // tokens per minute, 0 to MaxRate; 0 = unlimited
-	BurstRequests int64 // request bucket capacity in requests, 0 to MaxRate; 0 = RPM
-	BurstTokens   int64 // token bucket capacity in tokens, 0 to MaxRate; 0 = TPM
+	RPM           int64         // requests per window, 0 to MaxRate; 0 = unlimited
+	TPM           int64         // tokens per window, 0 to MaxRate; 0 = unlimited
+	BurstRequests int64         // request bucket capacity in requests, 0 to MaxRate; 0 = RPM
+	BurstTokens   int64         // token bucket capacity in tokens, 0 to MaxRate; 0 = TPM
+	Window        time.Duration // the period RPM and TPM refill over: 0 (a minute), or whole seconds up to MaxWindow
+}
+
+// Period returns the window RPM and TPM refill over: Window, or a minute
+// when it is 0.
+func (l Limits) Period() time.Duration {
+	if l.Window == 0 {
+		return time.Minute
+	}
+	return l.Window
 }
 
 // Unlimited reports whether neither dimension is limited.
@@ -44,11 +59,13 @@ func (l Limits) Unlimited() bool { return l.RPM == 0 && l.TPM == 0 }
 
 // RequestLimit returns the request dimension's bucket and whether that
 // dimension is limited at all.
-func (l Limits) RequestLimit() (bucket.Limit, bool) { return dimLimit(l.RPM, l.BurstRequests) }
+func (l Limits) RequestLimit() (bucket.Limit, bool) {
+	return dimLimit(l.RPM, l.BurstRequests, l.Period())
+}
 
 // TokenLimit returns the token dimension's bucket and whether that
 // dimension is limited at all.
-func (l Limits) TokenLimit() (bucket.Limit, bool) { return dimLimit(l.TPM, l.BurstTokens) }
+func (l Limits) TokenLimit() (bucket.Limit, bool) { return dimLimit(l.TPM, l.BurstTokens, l.Period()) }
 
 // Capacity returns each dimension's bucket capacity (the burst, or the
 // rate); 0 for an unlimited dimension.
@@ -80,6 +97,9 @@ func (l Limits) Validate() error {
 			return &LimitsError{Field: f.name, Reason: fmt.Sprintf("%d outside [0, %d]", f.v, int64(MaxRate))}
 		}
 	}
+	if l.Window != 0 && (l.Window < time.Second || l.Window > MaxWindow || l.Window%time.Second != 0) {
+		return &LimitsError{Field: "window", Reason: fmt.Sprintf("%v is not 0 (a minute) or whole seconds from 1s to %v", l.Window, MaxWindow)}
+	}
 	if b, ok := l.RequestLimit(); ok {
 		if err := b.Validate(); err != nil {
 			return &LimitsError{Field: "rpm", Reason: err.Error()}
@@ -93,11 +113,11 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-func dimLimit(rate, burst int64) (bucket.Limit, bool) {
+func dimLimit(rate, burst int64, period time.Duration) (bucket.Limit, bool) {
 	if rate == 0 {
 		return bucket.Limit{}, false
 	}
-	return bucket.Limit{Capacity: capacity(rate, burst), Refill: rate, Period: time.Minute}, true
+	return bucket.Limit{Capacity: capacity(rate, burst), Refill: rate, Period: period}, true
 }
 
 func capacity(rate, burst int64) int64 {

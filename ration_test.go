@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rationhq/ration"
 )
@@ -25,6 +26,13 @@ func TestLimitsValidate(t *testing.T) {
 		{"tpm above the bound", ration.Limits{TPM: ration.MaxRate + 1}, "tpm"},
 		{"negative burst on an unlimited dimension", ration.Limits{BurstTokens: -1}, "burst_tokens"},
 		{"burst above the bound", ration.Limits{RPM: 5, BurstRequests: ration.MaxRate + 1}, "burst_requests"},
+		{"per day", ration.Limits{RPM: 10_000, TPM: 2_000_000, Window: 24 * time.Hour}, ""},
+		{"the longest window", ration.Limits{RPM: 1, Window: ration.MaxWindow}, ""},
+		{"window above the bound", ration.Limits{RPM: 1, Window: ration.MaxWindow + time.Second}, "window"},
+		{"window below a second", ration.Limits{RPM: 1, Window: time.Millisecond}, "window"},
+		{"window not whole seconds", ration.Limits{RPM: 1, Window: 90500 * time.Millisecond}, "window"},
+		{"negative window", ration.Limits{RPM: 1, Window: -time.Minute}, "window"},
+		{"a day's rate too fine for exact arithmetic", ration.Limits{TPM: 999_999_937, Window: 24 * time.Hour}, "tpm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.lim.Validate()

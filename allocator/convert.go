@@ -20,7 +20,8 @@ func amountOf(a *leasev1.Amount) ration.Amount {
 }
 
 func limitsOf(l *leasev1.Limits) ration.Limits {
-	return ration.Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens()}
+	return ration.Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens(),
+		Window: time.Duration(l.GetWindowSeconds()) * time.Second}
 }
 
 // us converts d to whole microseconds, rounded up; a negative d is 0. It

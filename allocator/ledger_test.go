@@ -402,6 +402,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"negative rpm", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{RPM: -1}}}, "keys[0].limits.rpm"},
 		{"tpm too large", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: ration.MaxRate + 1}}}, "keys[0].limits.tpm"},
 		{"negative burst", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, BurstTokens: -1}}}, "keys[0].limits.burst_tokens"},
+		{"window too long", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, Window: ration.MaxWindow + time.Second}}}, "keys[0].limits.window"},
+		{"window not whole seconds", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, Window: 1500 * time.Millisecond}}}, "keys[0].limits.window"},
 	} {
 		_, err := l.Acquire(ctx, tc.c, tc.keys)
 		var ie *InputError

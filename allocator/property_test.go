@@ -37,9 +37,12 @@ type propKey struct {
 	lim  ration.Limits
 }
 
-var propKeys = []propKey{
+const numPropKeys = 3
+
+var propKeys = [numPropKeys]propKey{
 	{"k0", ration.Limits{RPM: 60, TPM: 600}},
 	{"k1", ration.Limits{RPM: 30, TPM: 120, BurstTokens: 200}},
+	{"k2", ration.Limits{RPM: 1200, TPM: 48_000, Window: time.Hour}}, // 20 a minute, with an hour's burst
 }
 
 const propTTL = 10 * time.Second
@@ -86,12 +89,12 @@ type modelSpender struct {
 	epoch   uint64
 	seq     uint64
 	applied uint64 // the highest sequence the ledger applied in this epoch
-	pool    [2]ration.Amount
-	exp     [2]bucket.Instant
+	pool    [numPropKeys]ration.Amount
+	exp     [numPropKeys]bucket.Instant
 	pending []pendingRes
 	last    *lastCall
 	// ledger-side view from replies, by epoch and key
-	view map[uint64]*[2]heldView
+	view map[uint64]*[numPropKeys]heldView
 }
 
 type propHarness struct {
@@ -103,7 +106,7 @@ type propHarness struct {
 	failNext atomic.Bool
 	spenders []*modelSpender
 	adm      []admission
-	debt     [2]ration.Amount
+	debt     [numPropKeys]ration.Amount
 
 	// The ledger incarnation's command log, for the determinism check.
 	start   []byte // the state at open
@@ -194,10 +197,10 @@ func sansSnapshots(r any) string {
 	return fmt.Sprint(r)
 }
 
-func (s *modelSpender) viewOf(epoch uint64) *[2]heldView {
+func (s *modelSpender) viewOf(epoch uint64) *[numPropKeys]heldView {
 	v := s.view[epoch]
 	if v == nil {
-		v = new([2]heldView)
+		v = new([numPropKeys]heldView)
 		s.view[epoch] = v
 	}
 	return v
@@ -487,7 +490,7 @@ func (h *propHarness) release(t *rapid.T, s *modelSpender) {
 func (h *propHarness) newEpoch(s *modelSpender) {
 	s.epoch++
 	s.seq, s.applied = 0, 0
-	s.pool = [2]ration.Amount{}
+	s.pool = [numPropKeys]ration.Amount{}
 	s.pending = nil
 	s.last = nil
 }
@@ -548,7 +551,7 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			h.spenders = append(h.spenders, &modelSpender{
 				id: fmt.Sprintf("s%d", i), liar: i == 2 && rapid.Bool().Draw(t, "liar"), epoch: 1,
-				view: map[uint64]*[2]heldView{},
+				view: map[uint64]*[numPropKeys]heldView{},
 			})
 		}
 		pick := func(t *rapid.T) *modelSpender {

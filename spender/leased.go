@@ -289,7 +289,7 @@ func shareOf(lim ration.Limits, n int64) ration.Limits {
 		return max(1, v/n)
 	}
 	capacity := lim.Capacity()
-	return ration.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM), BurstRequests: div(capacity.Requests), BurstTokens: div(capacity.Tokens)}
+	return ration.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM), BurstRequests: div(capacity.Requests), BurstTokens: div(capacity.Tokens), Window: lim.Window}
 }
 
 // leasedReservation is a leased Limiter's Reservation.

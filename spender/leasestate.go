@@ -242,8 +242,9 @@ func (ls *leaseState) remaining(lim ration.Limits, now bucket.Instant) (req, tok
 	age := float64(max(0, int64(now-ls.snapAt)))
 	// Floating point suffices here: these numbers are what a client is
 	// told, never what is admitted.
+	windowUs := float64(lim.Period() / time.Microsecond)
 	dim := func(rate, limit, snapRem, avail int64) int64 {
-		perUs := float64(rate) / float64(minuteUs)
+		perUs := float64(rate) / windowUs
 		remaining := max(0, avail)
 		if ls.hasSnap {
 			remaining += min(limit, max(0, snapRem)+int64(min(float64(limit), age*perUs)))
@@ -264,11 +265,12 @@ func (ls *leaseState) remaining(lim ration.Limits, now bucket.Instant) (req, tok
 // tok tokens remaining: each limited dimension's capacity, what remains,
 // and how long its global bucket takes to refill from there.
 func leasedStatus(lim ration.Limits, req, tok int64) Status {
+	windowUs := float64(lim.Period() / time.Microsecond)
 	dim := func(rate, limit, remaining int64) (int64, int64, time.Duration) {
 		if remaining >= limit {
 			return limit, remaining, 0
 		}
-		return limit, remaining, time.Duration(float64(limit-remaining)*float64(minuteUs)/float64(rate)) * time.Microsecond
+		return limit, remaining, time.Duration(float64(limit-remaining)*windowUs/float64(rate)) * time.Microsecond
 	}
 	var s Status
 	capacity := lim.Capacity()
@@ -280,8 +282,6 @@ func leasedStatus(lim ration.Limits, req, tok int64) Status {
 	}
 	return s
 }
-
-const minuteUs = int64(time.Minute / time.Microsecond)
 
 // toAmount is c on the wire, clamped to the protocol's range: amounts
 // above it saturate rather than make the allocator refuse the whole call.
@@ -295,5 +295,6 @@ func fromAmount(a *leasev1.Amount) ration.Amount {
 }
 
 func toLimits(l ration.Limits) *leasev1.Limits {
-	return &leasev1.Limits{Rpm: l.RPM, Tpm: l.TPM, BurstRequests: l.BurstRequests, BurstTokens: l.BurstTokens}
+	return &leasev1.Limits{Rpm: l.RPM, Tpm: l.TPM, BurstRequests: l.BurstRequests, BurstTokens: l.BurstTokens,
+		WindowSeconds: uint32(l.Window / time.Second)}
 }

@@ -137,6 +137,7 @@ const (
 	flagFresh   = 1 << iota // limits unknown; buckets start empty at emptyFrom
 	flagReqFull             // the request level is written as full - level
 	flagTokFull             // the token level is written as full - level
+	flagWindow              // the limits' window follows them, in seconds (absent: a minute)
 )
 
 // decimal writes v >= 0 as mantissa<<4 | exponent (v = mantissa * 10^exponent).
@@ -210,11 +211,17 @@ func appendKey(b []byte, k *keyState) []byte {
 			flags |= flagTokFull
 		}
 	}
+	if k.lim.Window != 0 {
+		flags |= flagWindow
+	}
 	e.byte(flags)
 	e.decimal(k.lim.RPM)
 	e.decimal(k.lim.TPM)
 	e.decimal(k.lim.BurstRequests)
 	e.decimal(k.lim.BurstTokens)
+	if k.lim.Window != 0 {
+		e.u(uint64(k.lim.Window / time.Second))
+	}
 	// base: the first bucket's refill instant (a valid record has a bucket);
 	// the other instants are written relative to it (wrapping arithmetic,
 	// so exact for any values).
@@ -259,6 +266,13 @@ func decodeKey(b []byte) (*keyState, error) {
 		return k, d.done()
 	}
 	k.lim = ration.Limits{RPM: d.decimal(ration.MaxRate), TPM: d.decimal(ration.MaxRate), BurstRequests: d.decimal(ration.MaxRate), BurstTokens: d.decimal(ration.MaxRate)}
+	if flags&flagWindow != 0 {
+		s := d.u()
+		if s == 0 || s > uint64(ration.MaxWindow/time.Second) {
+			d.fail()
+		}
+		k.lim.Window = time.Duration(s) * time.Second
+	}
 	if d.err != nil {
 		return nil, d.err
 	}
@@ -266,13 +280,16 @@ func decodeKey(b []byte) (*keyState, error) {
 		return nil, fmt.Errorf("allocator: key record limits: %w", errCorrupt)
 	}
 	base := bucket.Instant(d.i())
+	rl, rok := k.lim.RequestLimit()
+	tl, tok := k.lim.TokenLimit()
 	for _, x := range []struct {
-		d           *dim
-		rate, burst int64
-		fromFull    bool
-	}{{&k.req, k.lim.RPM, k.lim.BurstRequests, flags&flagReqFull != 0}, {&k.tok, k.lim.TPM, k.lim.BurstTokens, flags&flagTokFull != 0}} {
-		lim, on := ration.Limits{RPM: x.rate, BurstRequests: x.burst}.RequestLimit()
-		if !on {
+		d        *dim
+		lim      bucket.Limit
+		on       bool
+		fromFull bool
+	}{{&k.req, rl, rok, flags&flagReqFull != 0}, {&k.tok, tl, tok, flags&flagTokFull != 0}} {
+		lim := x.lim
+		if !x.on {
 			continue
 		}
 		var st bucket.State

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
@@ -20,6 +21,8 @@ func TestKeyRecordRoundTrip(t *testing.T) {
 		{RPM: 600, TPM: 123_456_789, BurstTokens: 100_000_000_000},
 		{RPM: ration.MaxRate, TPM: ration.MaxRate, BurstRequests: ration.MaxRate, BurstTokens: 10},
 		{TPM: 7}, {RPM: 1}, {RPM: 3_000, BurstRequests: 30_000},
+		{RPM: 10_000, TPM: 2_000_000, Window: 24 * time.Hour}, {TPM: 7, Window: time.Second},
+		{RPM: 1, Window: ration.MaxWindow},
 	}
 	for _, lim := range limits {
 		if err := validateLimits(0, lim); err != nil {

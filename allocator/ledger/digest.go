@@ -42,7 +42,7 @@ func (d digest) amount(a ration.Amount) digest {
 }
 
 func (d digest) limits(l ration.Limits) digest {
-	return d.u64(uint64(l.RPM)).u64(uint64(l.TPM)).u64(uint64(l.BurstRequests)).u64(uint64(l.BurstTokens))
+	return d.u64(uint64(l.RPM)).u64(uint64(l.TPM)).u64(uint64(l.BurstRequests)).u64(uint64(l.BurstTokens)).u64(uint64(l.Window))
 }
 
 func digestAcquire(keys []AcquireKey) digest {

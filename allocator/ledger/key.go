@@ -43,15 +43,16 @@ func (k *keyState) setLimits(l ration.Limits, now bucket.Instant) {
 	if !k.fresh && l == k.lim {
 		return
 	}
-	k.setDim(&k.req, l.RPM, l.BurstRequests, now)
-	k.setDim(&k.tok, l.TPM, l.BurstTokens, now)
+	rl, _ := l.RequestLimit()
+	tl, _ := l.TokenLimit()
+	k.setDim(&k.req, rl, l.RPM > 0, now)
+	k.setDim(&k.tok, tl, l.TPM > 0, now)
 	k.lim = l
 	k.fresh = false
 	k.emptyFrom = 0
 }
 
-func (k *keyState) setDim(d *dim, rate, burst int64, now bucket.Instant) {
-	lim, on := ration.Limits{RPM: rate, BurstRequests: burst}.RequestLimit()
+func (k *keyState) setDim(d *dim, lim bucket.Limit, on bool, now bucket.Instant) {
 	switch {
 	case !on:
 		*d = dim{}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/rationhq/ration"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
@@ -65,9 +66,10 @@ func (c *central) call(s *sim, ep int32, want, returned, debt, held ration.Amoun
 	s.begin(ep, &leasev1.AcquireRequest{
 		Caller: &leasev1.Caller{SpenderId: fmt.Sprintf("central-%d", ep), Epoch: 1, Sequence: e.seq},
 		Keys: []*leasev1.KeyAcquire{{
-			Key:    key,
-			Limits: &leasev1.Limits{Rpm: lim.RPM, Tpm: lim.TPM, BurstRequests: lim.BurstRequests, BurstTokens: lim.BurstTokens},
-			Want:   amt(want), Need: amt(want), Returned: amt(returned), Debt: amt(debt), Held: amt(held),
+			Key: key,
+			Limits: &leasev1.Limits{Rpm: lim.RPM, Tpm: lim.TPM, BurstRequests: lim.BurstRequests, BurstTokens: lim.BurstTokens,
+				WindowSeconds: uint32(lim.Window / time.Second)},
+			Want: amt(want), Need: amt(want), Returned: amt(returned), Debt: amt(debt), Held: amt(held),
 		}},
 	})
 }

@@ -75,7 +75,7 @@ func share(lim ration.Limits, n int64) ration.Limits {
 		}
 		return max(1, v/n)
 	}
-	return ration.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM), BurstRequests: div(lim.BurstRequests), BurstTokens: div(lim.BurstTokens)}
+	return ration.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM), BurstRequests: div(lim.BurstRequests), BurstTokens: div(lim.BurstTokens), Window: lim.Window}
 }
 
 // mix is splitmix64's finaliser: a well-spread hash of x.

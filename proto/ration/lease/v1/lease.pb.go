@@ -172,14 +172,18 @@ func (x *Caller) GetSequence() uint64 {
 // allocator follows the latest limits it is sent, without minting tokens.
 type Limits struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Requests per minute; 0 = unlimited (no bucket, nothing is leased).
+	// Requests per window (a minute unless window_seconds says otherwise);
+	// 0 = unlimited (no bucket, nothing is leased).
 	Rpm int64 `protobuf:"varint,1,opt,name=rpm,proto3" json:"rpm,omitempty"`
-	// Tokens per minute; 0 = unlimited.
+	// Tokens per window; 0 = unlimited.
 	Tpm int64 `protobuf:"varint,2,opt,name=tpm,proto3" json:"tpm,omitempty"`
-	// Request bucket capacity in requests; 0 = rpm (one minute's budget).
+	// Request bucket capacity in requests; 0 = rpm (one window's budget).
 	BurstRequests int64 `protobuf:"varint,3,opt,name=burst_requests,json=burstRequests,proto3" json:"burst_requests,omitempty"`
 	// Token bucket capacity in tokens; 0 = tpm.
-	BurstTokens   int64 `protobuf:"varint,4,opt,name=burst_tokens,json=burstTokens,proto3" json:"burst_tokens,omitempty"`
+	BurstTokens int64 `protobuf:"varint,4,opt,name=burst_tokens,json=burstTokens,proto3" json:"burst_tokens,omitempty"`
+	// The window rpm and tpm refill over, in seconds: 0 = 60 (per minute),
+	// 86400 = per day; at most 604800 (a week).
+	WindowSeconds uint32 `protobuf:"varint,5,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -238,6 +242,13 @@ func (x *Limits) GetBurstRequests() int64 {
 func (x *Limits) GetBurstTokens() int64 {
 	if x != nil {
 		return x.BurstTokens
+	}
+	return 0
+}
+
+func (x *Limits) GetWindowSeconds() uint32 {
+	if x != nil {
+		return x.WindowSeconds
 	}
 	return 0
 }
@@ -1200,12 +1211,13 @@ const file_ration_lease_v1_lease_proto_rawDesc = "" +
 	"\n" +
 	"spender_id\x18\x01 \x01(\tR\tspenderId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
-	"\bsequence\x18\x03 \x01(\x04R\bsequence\"v\n" +
+	"\bsequence\x18\x03 \x01(\x04R\bsequence\"\x9d\x01\n" +
 	"\x06Limits\x12\x10\n" +
 	"\x03rpm\x18\x01 \x01(\x03R\x03rpm\x12\x10\n" +
 	"\x03tpm\x18\x02 \x01(\x03R\x03tpm\x12%\n" +
 	"\x0eburst_requests\x18\x03 \x01(\x03R\rburstRequests\x12!\n" +
-	"\fburst_tokens\x18\x04 \x01(\x03R\vburstTokens\"<\n" +
+	"\fburst_tokens\x18\x04 \x01(\x03R\vburstTokens\x12%\n" +
+	"\x0ewindow_seconds\x18\x05 \x01(\rR\rwindowSeconds\"<\n" +
 	"\x06Amount\x12\x1a\n" +
 	"\brequests\x18\x01 \x01(\x03R\brequests\x12\x16\n" +
 	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\"r\n" +
