@@ -33,30 +33,58 @@ func writeError(w http.ResponseWriter, status int, typ, code, param, msg string)
 	oaierror.Write(w, status, typ, code, param, msg)
 }
 
-// dimensionName is how OpenAI names a budget in its messages.
-func dimensionName(d spender.Dimension) string {
-	if d == spender.Requests {
-		return "requests per min (RPM)"
+// budgetName is how a refusal names the budget that ran out: as OpenAI
+// does for a key's own per-minute limits ("requests per min (RPM)",
+// "tokens per min (TPM)"), with the meter and window of others ("input
+// tokens per day (ITPD)") and, for another scope, the budget itself
+// (`tokens per min (TPM) of the team budget "team:acme"`).
+func budgetName(b budgetRef, d spender.Dimension) string {
+	unit, abbr := "requests", "R"
+	if d == spender.Tokens {
+		switch b.meter {
+		case InputTokens:
+			unit, abbr = "input tokens", "ITP"
+		case OutputTokens:
+			unit, abbr = "output tokens", "OTP"
+		default:
+			unit, abbr = "tokens", "TP"
+		}
+	} else {
+		abbr = "RP"
 	}
-	return "tokens per min (TPM)"
+	var name string
+	switch b.window {
+	case 0, time.Minute:
+		name = fmt.Sprintf("%s per min (%sM)", unit, abbr)
+	case time.Hour:
+		name = fmt.Sprintf("%s per hour (%sH)", unit, abbr)
+	case 24 * time.Hour:
+		name = fmt.Sprintf("%s per day (%sD)", unit, abbr)
+	default:
+		name = fmt.Sprintf("%s per %v", unit, b.window)
+	}
+	if b.scope != "key" && b.scope != "" {
+		name += fmt.Sprintf(" of the %s budget %q", b.scope, b.key)
+	}
+	return name
 }
 
 // rejectMessage is the 429 message: which budget ran out, by how much, and
 // when to come back, or that the request can never fit.
-func rejectMessage(e *spender.RejectError) string {
+func rejectMessage(e *spender.RejectError, b budgetRef) string {
 	limit, remaining, requested := e.Status.LimitTokens, e.Status.RemainingTokens, e.Cost.Tokens
 	if e.Dimension == spender.Requests {
 		limit, remaining, requested = e.Status.LimitRequests, e.Status.RemainingRequests, e.Cost.Requests
 	}
 	if e.Oversize {
 		return fmt.Sprintf("Request too large on %s: Limit %d, Requested %d. "+
-			"This request can never be admitted under this key's limit; "+
+			"This request can never be admitted under this limit; "+
 			"shorten the prompt or lower max_tokens. Retrying will not help.",
-			dimensionName(e.Dimension), limit, requested)
+			budgetName(b, e.Dimension), limit, requested)
 	}
 	wait := ceilDuration(max(e.RetryAfter, time.Millisecond), time.Millisecond)
 	return fmt.Sprintf("Rate limit reached on %s: Limit %d, Remaining %d, Requested %d. "+
 		"Please try again in %v (Retry-After: %d seconds).",
-		dimensionName(e.Dimension), limit, max(remaining, 0), requested, wait,
+		budgetName(b, e.Dimension), limit, max(remaining, 0), requested, wait,
 		spender.RetryAfterSeconds(e.RetryAfter))
 }

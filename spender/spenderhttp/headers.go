@@ -25,6 +25,12 @@ const (
 	hdrAnthTokensLimit       = "Anthropic-Ratelimit-Tokens-Limit"
 	hdrAnthTokensRemaining   = "Anthropic-Ratelimit-Tokens-Remaining"
 	hdrAnthTokensReset       = "Anthropic-Ratelimit-Tokens-Reset"
+	hdrAnthInputLimit        = "Anthropic-Ratelimit-Input-Tokens-Limit"
+	hdrAnthInputRemaining    = "Anthropic-Ratelimit-Input-Tokens-Remaining"
+	hdrAnthInputReset        = "Anthropic-Ratelimit-Input-Tokens-Reset"
+	hdrAnthOutputLimit       = "Anthropic-Ratelimit-Output-Tokens-Limit"
+	hdrAnthOutputRemaining   = "Anthropic-Ratelimit-Output-Tokens-Remaining"
+	hdrAnthOutputReset       = "Anthropic-Ratelimit-Output-Tokens-Reset"
 
 	hdrIETFPolicy = "Ratelimit-Policy"
 	hdrIETF       = "Ratelimit"
@@ -72,9 +78,75 @@ func (hs headerSet) apply(h http.Header) {
 	}
 }
 
-// headerSet computes the headers SetHeaders writes for s.
+// headerSet computes the headers SetHeaders writes for s: one budget, the
+// key's, per minute.
 func (c *config) headerSet(s spender.Status) headerSet {
-	if s.LimitRequests <= 0 && s.LimitTokens <= 0 {
+	return c.headerSetOf([]budgetView{{budgetRef: budgetRef{scope: "key", window: time.Minute}, st: s}})
+}
+
+// budgetView is one budget's state right after a reservation.
+type budgetView struct {
+	budgetRef
+	st spender.Status
+}
+
+// dimState is one dimension of one budget: its capacity, what remains and
+// until when it refills.
+type dimState struct {
+	limit, remaining int64
+	reset            time.Duration
+}
+
+// tightest returns, among the views that keep, the dimension dim that
+// limits most: the fewest units remaining, then the smallest limit. ok is
+// false when no view limits that dimension.
+func tightest(views []budgetView, keep func(*budgetView) bool, dim func(spender.Status) dimState) (d dimState, ok bool) {
+	for i := range views {
+		v := &views[i]
+		if !keep(v) {
+			continue
+		}
+		x := dim(v.st)
+		if x.limit <= 0 {
+			continue
+		}
+		if !ok || x.remaining < d.remaining || x.remaining == d.remaining && x.limit < d.limit {
+			d, ok = x, true
+		}
+	}
+	return d, ok
+}
+
+func requestsOf(s spender.Status) dimState {
+	return dimState{s.LimitRequests, s.RemainingRequests, s.ResetRequests}
+}
+
+func tokensOf(s spender.Status) dimState { return dimState{s.LimitTokens, s.RemainingTokens, s.ResetTokens} }
+
+func anyBudget(*budgetView) bool { return true }
+
+func metered(m Meter) func(*budgetView) bool {
+	return func(v *budgetView) bool { return v.meter == m }
+}
+
+// headerSetOf computes the headers for a request charged to views (see
+// docs/http.md, "Which budget each header describes"):
+//
+//   - x-ratelimit-*-requests: the budget with the fewest requests left;
+//     x-ratelimit-*-tokens: the same among the budgets that count all
+//     tokens (OpenAI's TPM).
+//   - anthropic-ratelimit-requests-*, -input-tokens-*, -output-tokens-*:
+//     the tightest budget of each; -tokens-*: the tightest of every token
+//     budget, as Anthropic reports its most restrictive token limit.
+//   - RateLimit-Policy and RateLimit: every budget and dimension, each
+//     policy named for its scope, meter and window ("requests", "tokens"
+//     for the key's own per-minute limits; "team-tokens",
+//     "key-input-tokens", "key-requests-day", ...).
+func (c *config) headerSetOf(views []budgetView) headerSet {
+	req, hasReq := tightest(views, anyBudget, requestsOf)
+	tok, hasTok := tightest(views, metered(TotalTokens), tokensOf)
+	anyTok, hasAnyTok := tightest(views, anyBudget, tokensOf)
+	if !hasReq && !hasAnyTok {
 		return nil
 	}
 	// One backing array for every value: one allocation instead of one
@@ -85,43 +157,75 @@ func (c *config) headerSet(s spender.Status) headerSet {
 		vals = append(vals, v)
 		hs = append(hs, headerKV{name, vals[len(vals)-1 : len(vals) : len(vals)]})
 	}
-	if s.LimitRequests > 0 {
-		add(hdrLimitRequests, strconv.FormatInt(s.LimitRequests, 10))
-		add(hdrRemainingRequests, strconv.FormatInt(max(s.RemainingRequests, 0), 10))
-		add(hdrResetRequests, resetString(s.ResetRequests))
+	if hasReq {
+		add(hdrLimitRequests, strconv.FormatInt(req.limit, 10))
+		add(hdrRemainingRequests, strconv.FormatInt(max(req.remaining, 0), 10))
+		add(hdrResetRequests, resetString(req.reset))
 	}
-	if s.LimitTokens > 0 {
-		add(hdrLimitTokens, strconv.FormatInt(s.LimitTokens, 10))
-		add(hdrRemainingTokens, strconv.FormatInt(max(s.RemainingTokens, 0), 10))
-		add(hdrResetTokens, resetString(s.ResetTokens))
+	if hasTok {
+		add(hdrLimitTokens, strconv.FormatInt(tok.limit, 10))
+		add(hdrRemainingTokens, strconv.FormatInt(max(tok.remaining, 0), 10))
+		add(hdrResetTokens, resetString(tok.reset))
 	}
 	if c.anthropic {
 		now := c.clock.Now()
-		if s.LimitRequests > 0 {
-			add(hdrAnthRequestsLimit, strconv.FormatInt(s.LimitRequests, 10))
-			add(hdrAnthRequestsRemaining, strconv.FormatInt(max(s.RemainingRequests, 0), 10))
-			add(hdrAnthRequestsReset, resetInstant(now, s.ResetRequests))
+		anth := func(limit, remaining, reset string, d dimState) {
+			add(limit, strconv.FormatInt(d.limit, 10))
+			add(remaining, strconv.FormatInt(max(d.remaining, 0), 10))
+			add(reset, resetInstant(now, d.reset))
 		}
-		if s.LimitTokens > 0 {
-			add(hdrAnthTokensLimit, strconv.FormatInt(s.LimitTokens, 10))
-			add(hdrAnthTokensRemaining, strconv.FormatInt(max(s.RemainingTokens, 0), 10))
-			add(hdrAnthTokensReset, resetInstant(now, s.ResetTokens))
+		if hasReq {
+			anth(hdrAnthRequestsLimit, hdrAnthRequestsRemaining, hdrAnthRequestsReset, req)
+		}
+		if hasAnyTok {
+			anth(hdrAnthTokensLimit, hdrAnthTokensRemaining, hdrAnthTokensReset, anyTok)
+		}
+		if d, ok := tightest(views, metered(InputTokens), tokensOf); ok {
+			anth(hdrAnthInputLimit, hdrAnthInputRemaining, hdrAnthInputReset, d)
+		}
+		if d, ok := tightest(views, metered(OutputTokens), tokensOf); ok {
+			anth(hdrAnthOutputLimit, hdrAnthOutputRemaining, hdrAnthOutputReset, d)
 		}
 	}
 	if c.ietf {
 		var policy, state []byte
-		if s.LimitRequests > 0 {
-			policy = appendPolicy(policy, "requests", s.LimitRequests, "")
-			state = appendState(state, "requests", s.RemainingRequests, s.ResetRequests)
-		}
-		if s.LimitTokens > 0 {
-			policy = appendPolicy(policy, "tokens", s.LimitTokens, "tokens")
-			state = appendState(state, "tokens", s.RemainingTokens, s.ResetTokens)
+		for i := range views {
+			v := &views[i]
+			if d := requestsOf(v.st); d.limit > 0 {
+				name := policyName(v.scope, "requests", v.window)
+				policy = appendPolicy(policy, name, d.limit, "", v.window)
+				state = appendState(state, name, d.remaining, d.reset)
+			}
+			if d := tokensOf(v.st); d.limit > 0 {
+				name := policyName(v.scope, v.meter.String(), v.window)
+				policy = appendPolicy(policy, name, d.limit, "tokens", v.window)
+				state = appendState(state, name, d.remaining, d.reset)
+			}
 		}
 		add(hdrIETFPolicy, string(policy))
 		add(hdrIETF, string(state))
 	}
 	return hs
+}
+
+// policyName names an IETF policy: the dimension for the key's own
+// per-minute limits ("requests", "tokens"), prefixed by any other scope
+// and suffixed by any other window ("team-tokens", "key-requests-day").
+func policyName(scope, dim string, window time.Duration) string {
+	name := dim
+	if scope != "key" && scope != "" {
+		name = scope + "-" + dim
+	}
+	switch window {
+	case time.Minute:
+	case time.Hour:
+		name += "-hour"
+	case 24 * time.Hour:
+		name += "-day"
+	default:
+		name += "-" + strconv.FormatInt(int64(window/time.Second), 10) + "s"
+	}
+	return name
 }
 
 // resetString formats a reset duration the way OpenAI does, rounded up to
@@ -158,7 +262,7 @@ func ceilSeconds(d time.Duration) int64 {
 	return int64(ceilDuration(d, time.Second) / time.Second)
 }
 
-func appendPolicy(b []byte, name string, quota int64, unit string) []byte {
+func appendPolicy(b []byte, name string, quota int64, unit string, window time.Duration) []byte {
 	if len(b) > 0 {
 		b = append(b, ", "...)
 	}
@@ -171,7 +275,8 @@ func appendPolicy(b []byte, name string, quota int64, unit string) []byte {
 		b = append(b, unit...)
 		b = append(b, '"')
 	}
-	return append(b, ";w=60"...)
+	b = append(b, ";w="...)
+	return strconv.AppendInt(b, int64(window/time.Second), 10)
 }
 
 func appendState(b []byte, name string, remaining int64, reset time.Duration) []byte {

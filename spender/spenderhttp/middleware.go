@@ -138,16 +138,18 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	est := estimate(ctx, s.counter, body, req, defaultCompletion)
 
-	res, err := s.l.Reserve(ctx, p.KeyID, p.Limits, est.cost())
+	res, err := s.reserve(ctx, p, est)
 	if err != nil {
 		s.reject(w, r, p, err)
 		return
 	}
-	st := res.Status()
+	views := res.views()
+	// The completion may use what every budget that counts it has left.
+	out, _ := tightest(views, func(v *budgetView) bool { return v.meter != InputTokens }, tokensOf)
 
 	// Rewrite the body when the stage needs to: usage for streams, a max
 	// for bounded overrun.
-	fields := s.injections(req, est, st)
+	fields := s.injections(req, est, out)
 	r2 := r
 	if len(fields) > 0 {
 		if nb, err := rewriteBody(body, fields); err == nil {
@@ -167,7 +169,7 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	setBody(r2, body)
 
-	hdrs := s.cfg.headerSet(st)
+	hdrs := s.cfg.headerSetOf(views)
 	hdrs.apply(w.Header())
 	rec := &recorder{
 		w:         w,
@@ -190,21 +192,21 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // aborts with http.ErrAbortHandler when a stream breaks, on either side)
 // is settled like one that returned: the client may have read the output.
 // One that panics before writing anything is cancelled.
-func (s *stage) settle(ctx context.Context, p Principal, res spender.Reservation, rec *recorder, est estimateResult, returned bool) {
+func (s *stage) settle(ctx context.Context, p Principal, res *hold, rec *recorder, est estimateResult, returned bool) {
 	switch {
 	case rec.settled:
 		// Settled with the stream's usage at its end (see recorder).
 	case rec.usage != nil:
-		res.Settle(ration.Amount{Requests: 1, Tokens: rec.usage.tokens()})
+		res.settle(rec.usage.spent())
 	case rec.code >= 500 || (rec.code == 0 && !returned):
-		res.Cancel()
+		res.cancel()
 	case rec.code >= 400:
-		res.Settle(ration.Amount{Requests: 1})
+		res.settle(spent{requests: 1})
 	default:
-		tokens := satAdd(est.prompt, ceilQuarter(rec.outBytes))
+		used := spentOf(1, est.prompt, ceilQuarter(rec.outBytes))
 		s.cfg.logger.LogAttrs(ctx, slog.LevelDebug, "spenderhttp: no usage reported; settling the estimate",
-			slog.String("key", p.KeyID), slog.Int64("tokens", tokens), slog.Int("status", rec.code))
-		res.Settle(ration.Amount{Requests: 1, Tokens: tokens})
+			slog.String("key", p.KeyID), slog.Int64("tokens", used.total), slog.Int("status", rec.code))
+		res.settle(used)
 	}
 }
 
@@ -215,7 +217,8 @@ func (s *stage) reject(w http.ResponseWriter, r *http.Request, p Principal, err 
 	var re *spender.RejectError
 	switch {
 	case errors.As(err, &re):
-		s.cfg.setHeaders(w.Header(), re.Status)
+		b := refOf(p, re.Key)
+		s.cfg.headerSetOf([]budgetView{{budgetRef: b, st: re.Status}}).apply(w.Header())
 		if re.Oversize {
 			// Retrying cannot help: tell the OpenAI SDKs, which otherwise
 			// retry a 429 even without Retry-After.
@@ -223,10 +226,10 @@ func (s *stage) reject(w http.ResponseWriter, r *http.Request, p Principal, err 
 		} else {
 			w.Header()[hdrRetryAfter] = []string{strconv.Itoa(spender.RetryAfterSeconds(re.RetryAfter))}
 		}
-		log.LogAttrs(ctx, slog.LevelDebug, "spenderhttp: rejected", slog.String("key", p.KeyID),
+		log.LogAttrs(ctx, slog.LevelDebug, "spenderhttp: rejected", slog.String("key", p.KeyID), slog.String("budget", b.key),
 			slog.String("dimension", re.Dimension.String()), slog.Bool("oversize", re.Oversize),
 			slog.Duration("retry_after", re.RetryAfter))
-		writeError(w, http.StatusTooManyRequests, typeRateLimit, codeRateLimited, "", rejectMessage(re))
+		writeError(w, http.StatusTooManyRequests, typeRateLimit, codeRateLimited, "", rejectMessage(re, b))
 	case errors.Is(err, spender.ErrInvalidKey):
 		log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: principal has an invalid key ID", slog.Int("key_len", len(p.KeyID)), slog.Any("err", err))
 		writeError(w, http.StatusUnauthorized, typeInvalidRequest, codeInvalidAPIKey, "",
@@ -256,7 +259,7 @@ func (s *stage) reject(w http.ResponseWriter, r *http.Request, p Principal, err 
 
 // injections returns the top-level fields the stage adds to the forwarded
 // body, or nil.
-func (s *stage) injections(req request, est estimateResult, st spender.Status) map[string]json.RawMessage {
+func (s *stage) injections(req request, est estimateResult, out dimState) map[string]json.RawMessage {
 	if !req.valid || !req.chatLike {
 		return nil
 	}
@@ -264,10 +267,10 @@ func (s *stage) injections(req request, est estimateResult, st spender.Status) m
 	if req.stream && !req.includeUsage {
 		fields = map[string]json.RawMessage{"stream_options": json.RawMessage(`{"include_usage":true}`)}
 	}
-	if s.cfg.overrun && req.maxField == "" && st.LimitTokens > 0 {
+	if s.cfg.overrun && req.maxField == "" && out.limit > 0 {
 		perChoice := s.cfg.overrunMax
 		if perChoice == 0 {
-			perChoice = satAdd(est.completion, max(st.RemainingTokens, 0)) / req.choices
+			perChoice = satAdd(est.completion, max(out.remaining, 0)) / req.choices
 		}
 		if fields == nil {
 			fields = make(map[string]json.RawMessage, 1)

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"mime"
 	"net/http"
-
-	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/spender"
 )
 
 // Capture limits, in bytes.
@@ -59,7 +56,7 @@ type recorder struct {
 	// event, before that event is forwarded: a client that sends its next
 	// request as soon as the stream ends then sees this one settled in its
 	// headers. settled records that it was.
-	res     spender.Reservation
+	res     *hold
 	settled bool
 }
 
@@ -188,7 +185,7 @@ func (r *recorder) event(ev []byte) bool {
 	data := sseData(ev)
 	if string(data) == "[DONE]" {
 		if r.usage != nil && r.res != nil && !r.settled {
-			r.res.Settle(ration.Amount{Requests: 1, Tokens: r.usage.tokens()})
+			r.res.settle(r.usage.spent())
 			r.settled = true
 		}
 		return true

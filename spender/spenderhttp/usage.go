@@ -25,6 +25,15 @@ func (u *usage) tokens() int64 {
 	return max(min(u.TotalTokens, maxTokenCount), parts)
 }
 
+// spent is the usage as budgets meter it: input is prompt_tokens plus
+// input_tokens, output completion_tokens plus output_tokens (an answer has
+// one pair or the other), total the larger of total_tokens and their sum.
+func (u *usage) spent() spent {
+	in := satAdd(max(u.PromptTokens, 0), max(u.InputTokens, 0))
+	out := satAdd(max(u.CompletionTokens, 0), max(u.OutputTokens, 0))
+	return spent{requests: 1, input: in, output: out, total: u.tokens()}
+}
+
 // jsonUsage is the top level of a JSON answer: usage for chat,
 // completions, embeddings and Responses; response.usage for a Responses
 // stream's final event.
