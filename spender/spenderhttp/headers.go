@@ -121,7 +121,9 @@ func requestsOf(s spender.Status) dimState {
 	return dimState{s.LimitRequests, s.RemainingRequests, s.ResetRequests}
 }
 
-func tokensOf(s spender.Status) dimState { return dimState{s.LimitTokens, s.RemainingTokens, s.ResetTokens} }
+func tokensOf(s spender.Status) dimState {
+	return dimState{s.LimitTokens, s.RemainingTokens, s.ResetTokens}
+}
 
 func anyBudget(*budgetView) bool { return true }
 
