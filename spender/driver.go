@@ -74,8 +74,8 @@ func (d *driver) run() {
 
 // send makes one attempt of c and hands the machine its outcome.
 func (d *driver) send(c *leaseCall) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t := d.clock.AfterFunc(d.lz.attemptTimeout(), cancel)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	t := d.clock.AfterFunc(d.lz.attemptTimeout(), func() { cancel(leasedrive.ErrTimedOut) })
 	start := d.l.now()
 	var resp any
 	var err error
@@ -85,7 +85,10 @@ func (d *driver) send(c *leaseCall) {
 		resp, err = d.src.Acquire(ctx, c.acquire)
 	}
 	t.Stop()
-	cancel()
+	if err != nil && errors.Is(context.Cause(ctx), leasedrive.ErrTimedOut) {
+		err = fmt.Errorf("%w after %v: %w", leasedrive.ErrTimedOut, d.l.now().Sub(start), err)
+	}
+	cancel(nil)
 	now := d.l.now()
 	d.lz.cfg.metrics.call(c.method(), err, now.Sub(start))
 	d.lz.deliver(now, c, resp, err)

@@ -553,3 +553,71 @@ func TestLeasedSlowAllocatorIsNotAnOutage(t *testing.T) {
 		}
 	})
 }
+
+// stallSource is an allocator that stalls now and then, as a slow fsync or
+// a paused VM does: a call that arrives while it stalls waits for the
+// stall's end; otherwise it answers in 1 ms. Time is the bubble's.
+type stallSource struct {
+	spender.LeaseSource
+	start        time.Time
+	every, stall time.Duration
+}
+
+// wait waits for the answer, or for ctx to end, as a network client does.
+func (s *stallSource) wait(ctx context.Context) error {
+	d := time.Millisecond
+	if in := time.Since(s.start) % s.every; in < s.stall {
+		d += s.stall - in
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return connect.NewError(connect.CodeCanceled, ctx.Err().Error())
+	}
+}
+
+func (s *stallSource) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+	return s.LeaseSource.Acquire(ctx, r)
+}
+
+// TestLeasedStallingAllocatorIsNotAnOutage: answers in 1 ms, but an 80 ms
+// stall every 2 s. After many fast answers the attempt timeout is short
+// and cuts the stalled answers; a cut attempt is a slow allocator, not an
+// unreachable one: 40 keys at a fraction of their limits for a virtual
+// minute see no 429, no fallback admission and no switch to fallback.
+func TestLeasedStallingAllocatorIsNotAnOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var clk bubbleClock
+		src := &stallSource{LeaseSource: newAllocator(t, clk), start: time.Now(), every: 2 * time.Second, stall: 80 * time.Millisecond}
+		logs := &testkit.SyncBuffer{}
+		lt := spender.DefaultLeaseTuning()
+		lt.Horizon = 200 * time.Millisecond // small leases: keys ask often, and some asks meet a stall
+		l := newLimiter(t, clk, spender.WithLeases(src), spender.WithSpenderID("gw"), spender.WithLeaseTuning(lt), spender.WithLogger(testLogger(logs)))
+		defer l.Close(ctx)
+		lim := ration.Limits{RPM: 600, TPM: 600_000}
+		var rejected, fallback int
+		for n := range 1200 { // 20 a second for a minute, over 40 keys: 1/20 of each key's limit
+			time.Sleep(50 * time.Millisecond)
+			r, err := l.Reserve(ctx, "key-"+strconv.Itoa(n%40), lim, ration.Amount{Requests: 1, Tokens: 100})
+			if err != nil {
+				rejected++
+				t.Logf("request %d: %v", n, err)
+				continue
+			}
+			if spender.AdmissionPath(r) == spender.PathFallback {
+				fallback++
+			}
+			r.Settle(ration.Amount{Requests: 1, Tokens: 80})
+		}
+		switches := strings.Count(logs.String(), "allocator unreachable")
+		if rejected != 0 || fallback != 0 || switches != 0 {
+			t.Fatalf("a stalling but healthy allocator gave %d rejections, %d fallback admissions and %d switches to fallback; want none", rejected, fallback, switches)
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package spender
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
+	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -92,7 +94,7 @@ type leaseCall struct {
 	inFlight bool           // handed to the driver, not yet delivered
 	resendAt bucket.Instant
 	backoff  time.Duration
-	fails    int  // failed attempts
+	fails    int  // attempts that failed (not counting those timed out: the allocator may be slow)
 	stale    int  // epochs refused
 	given    bool // the waiters were let go (fallback) at a failure
 }
@@ -293,7 +295,10 @@ func buildAhead(jobs []*aheadJob) *leaseCall {
 // allocator rejected it as malformed. After three failed attempts, or once
 // c has been failing for longer than the slow-path deadline, the allocator
 // counts as unreachable: the keys' waiters are let go to the fallback
-// policy until a call is answered.
+// policy until a call is answered. Attempts that merely timed out
+// (leasedrive.ErrTimedOut) count only once c has gone unanswered for the
+// slow-path deadline plus the call timeout: a stalled commit is not an
+// outage.
 func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error) {
 	if err == nil {
 		err = lz.checkAnswer(c, resp)
@@ -343,11 +348,21 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 		lz.log.Warn("spender: allocator refused our epoch or sequence; starting a new epoch", "method", c.method(), "epoch", lz.epoch, "err", err)
 		return
 	}
-	c.fails++
+	// An attempt we stopped waiting for is a slow allocator (or a lost
+	// message) until the call has gone unanswered as long as a waiter may
+	// wait: the slow-path deadline plus the call timeout. A failure the
+	// network or the allocator reported is an outage sooner.
+	tune := lz.cfg.tuning
+	cut := errors.Is(err, leasedrive.ErrTimedOut)
+	if !cut {
+		c.fails++
+	}
 	jitter := time.Duration(lz.rng.Int64N(int64(c.backoff)/2 + 1))
 	c.resendAt = now.Add(c.backoff/2 + jitter)
 	c.backoff = min(2*c.backoff, time.Second)
-	unreachable := c.fails >= 3 || now.Sub(c.sent) >= lz.cfg.tuning.SlowPathDeadline
+	age := now.Sub(c.sent)
+	unreachable := age >= tune.SlowPathDeadline+tune.CallTimeout ||
+		!cut && (c.fails >= 3 || age >= tune.SlowPathDeadline)
 	lz.mu.Unlock()
 	if unreachable {
 		lz.giveUp(c, now)

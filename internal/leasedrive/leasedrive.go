@@ -6,10 +6,18 @@
 package leasedrive
 
 import (
+	"errors"
 	"time"
 
 	"github.com/rationhq/ration"
 )
+
+// ErrTimedOut is matched (errors.Is) by the failure a driver delivers when
+// it stopped waiting for an attempt's reply after AttemptTimeout: the
+// allocator may only be slow, so the machine does not count it as
+// unreachable until the call has gone unanswered for the slow-path
+// deadline plus the call timeout.
+var ErrTimedOut = errors.New("attempt timed out")
 
 // Source is a spender.LeaseSource that drives the machine. spender.New
 // calls Drive once, with the new Limiter's machine, and starts no
@@ -35,7 +43,7 @@ type Machine interface {
 	// *AcquireResponse or *ReserveAheadResponse), or its failure (err).
 	Deliver(c Call, resp any, err error)
 	// AttemptTimeout is how long the machine's driver waits for one
-	// attempt's reply before it counts as failed.
+	// attempt's reply before it delivers a failure matching ErrTimedOut.
 	AttemptTimeout() time.Duration
 	// Tick runs the machine's maintenance if it is due.
 	Tick()

@@ -2,11 +2,13 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect/v2"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -53,7 +55,7 @@ type reply struct {
 }
 
 var (
-	errLost    = errors.New("sim: message lost (call timed out)")
+	errLost    = fmt.Errorf("sim: message lost: %w", leasedrive.ErrTimedOut)
 	errRefused = errors.New("sim: allocator unreachable (connection refused)")
 )
 
