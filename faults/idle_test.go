@@ -11,7 +11,7 @@ import (
 
 // TestIdleConnectionsAreClosed opens 2000 idle connections to a gateway
 // and 2000 to the allocator, both run with -idle-timeout and
-// -read-header-timeout 3s (internal/serverlimits): half have sent one
+// -read-header-timeout 5s (internal/serverlimits): half have sent one
 // request and wait under the idle timeout, half sent nothing and wait
 // under the read-header timeout. The server closes every one within the
 // timeout plus 1.5 s of its last activity, and the process's goroutines
@@ -20,7 +20,7 @@ import (
 func TestIdleConnectionsAreClosed(t *testing.T) {
 	const (
 		n       = 2000
-		timeout = 3 * time.Second
+		timeout = 5 * time.Second // above the time to open them all, even on a busy machine
 		slack   = 1500 * time.Millisecond
 	)
 	needFDs(t, 2*n+64)
