@@ -28,7 +28,7 @@
 //	go test -tags faults -count=1 -v ./faults
 //
 // They need Linux and root (the full-disk case mounts a tmpfs), and take
-// about three minutes on two cores. Every process a test starts is killed
-// when the test ends, and its log is printed if the test failed; see
-// docs/faults.md for what each case measures.
+// about two and a half minutes on two cores. Every process a test starts
+// is killed when the test ends, and its log is printed if the test
+// failed; see docs/faults.md for what each case measures.
 package faults
