@@ -1,0 +1,34 @@
+//go:build faults
+
+// Package faults is ration's fault suite: Go tests that build
+// cmd/allocator and cmd/gateway-demo, run them as real processes on
+// loopback, hurt them the way production does (kill -9, SIGSTOP, a full
+// disk, idle and slow connections, declared bodies that never arrive, CPU
+// starvation, skewed traffic across processes) and check from counts what
+// ration promises under each:
+//
+//   - the over-admission bound of docs/bound.md, with fallback admissions
+//     bounded as docs/leasing.md states, for every case that sends traffic:
+//     what the gateways admitted (their clients' 200s, cross-checked with
+//     the gateways' own counters) never exceeds what the key's limit allows
+//     over the run;
+//   - gateways keep serving through allocator faults (every answer is 200
+//     or 429, never a 5xx), and go back to leases once the allocator is
+//     back;
+//   - servers cut idle connections and slow or absent bodies within their
+//     timeouts, and hold neither goroutines, file descriptors nor memory
+//     for them;
+//   - a healthy fleet under CPU stress never refuses a request below the
+//     limit and never falls back, and separate gateway processes share a
+//     key as well as instances in one process do.
+//
+// The tests are behind the build tag faults, so `go test ./...` does not
+// run them:
+//
+//	go test -tags faults -count=1 -v ./faults
+//
+// They need Linux and root (the full-disk case mounts a tmpfs), and take
+// about two and a half minutes on two cores. Every process a test starts
+// is killed when the test ends, and its log is printed if the test
+// failed; see docs/faults.md for what each case measures.
+package faults
