@@ -10,14 +10,16 @@ import (
 )
 
 // Authenticate returns the authentication stage: it takes the API key
-// from "Authorization: Bearer <key>", looks it up in keys, and puts the
-// key's spenderhttp.Principal on the request context for the limit stage.
+// from "Authorization: Bearer <key>", looks it up in keys.Current() (read
+// once per request: a reload swaps the keys between requests, never
+// during one), and puts the key's spenderhttp.Principal, its limits
+// included, on the request context for the limit stage.
 // A missing header, another scheme or an unknown key is answered 401 in
 // the OpenAI error shape (type invalid_request_error, code
 // invalid_api_key when a key was given), with WWW-Authenticate: Bearer;
 // the presented key is never echoed or logged. onFail, if not nil, is
 // called with "missing" or "unknown" for each refusal (for metrics).
-func Authenticate(keys *Keyring, logger *slog.Logger, onFail func(reason string)) func(http.Handler) http.Handler {
+func Authenticate(keys KeySource, logger *slog.Logger, onFail func(reason string)) func(http.Handler) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -35,7 +37,7 @@ func Authenticate(keys *Keyring, logger *slog.Logger, onFail func(reason string)
 						"using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
 				return
 			}
-			k, ok := keys.Lookup(secret)
+			k, ok := keys.Current().Lookup(secret)
 			if !ok {
 				onFail("unknown")
 				logger.LogAttrs(r.Context(), slog.LevelInfo, "gateway: unknown API key",

@@ -8,8 +8,10 @@
 //
 //  1. metrics (ration_gateway_*: requests by route and code, latency,
 //     in flight, auth failures, upstream errors)
-//  2. Authenticate: "Authorization: Bearer <key>" looked up in a Keyring;
-//     missing or unknown is 401 in the OpenAI error shape
+//  2. Authenticate: "Authorization: Bearer <key>" looked up in the keys
+//     in force (a Keyring, or a LiveKeys a KeysReloader keeps in step
+//     with the keys file); missing or unknown is 401 in the OpenAI error
+//     shape
 //  3. POST only: spenderhttp.Middleware on the key's ID and limits
 //     (429 with Retry-After, x-ratelimit-* headers, settlement with the
 //     actual usage); GET (e.g. /v1/models) is authenticated but not
@@ -31,8 +33,10 @@
 //
 // # Caveats
 //
-//   - Keys are loaded once; changing them means a new Keyring and a new
-//     Gateway (a restart in the demo).
+//   - Keys given as a *Keyring are fixed. Given as a *LiveKeys, a
+//     KeysReloader swaps them when the keys file changes or on SIGHUP
+//     (KeysReloader.Run): all or nothing, one atomic swap, requests in
+//     flight keep the keys they started with.
 //   - Accept-Encoding is forced to identity towards the upstream, so the
 //     limit stage can read usage; responses are not compressed.
 //   - Only Bearer auth is read (not x-api-key or api-key headers).

@@ -34,12 +34,13 @@ type Readier interface {
 }
 
 // New returns a gateway that admits requests with limiter (a
-// *spender.Limiter, standalone or leased), authenticates with keys and
-// forwards to upstream (see ParseUpstream). It fails only on a nil
-// argument, an upstream that is not absolute http(s), or metrics that
-// cannot be registered (a registry shared by two gateways).
-func New(keys *Keyring, limiter spenderhttp.Reserver, upstream *url.URL, opts ...Option) (*Gateway, error) {
-	if keys == nil || limiter == nil {
+// *spender.Limiter, standalone or leased), authenticates with keys (a
+// *Keyring, or a *LiveKeys that a KeysReloader swaps) and forwards to
+// upstream (see ParseUpstream). It fails only on a nil argument, an
+// upstream that is not absolute http(s), or metrics that cannot be
+// registered (a registry shared by two gateways).
+func New(keys KeySource, limiter spenderhttp.Reserver, upstream *url.URL, opts ...Option) (*Gateway, error) {
+	if keys == nil || keys.Current() == nil || limiter == nil {
 		return nil, fmt.Errorf("gateway: New needs keys and a limiter")
 	}
 	if upstream == nil || (upstream.Scheme != "http" && upstream.Scheme != "https") || upstream.Host == "" {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -70,32 +72,79 @@ type Keyring struct {
 	ids      []string // key IDs in file order
 }
 
+// KeysError is a mistake in a list of keys, located: every error
+// NewKeyring, ParseKeys and LoadKeys return for keys that cannot be used
+// is one (LoadKeys wraps it with the file's path), and it wraps
+// ErrInvalidKeys. Its message never contains a secret.
+type KeysError struct {
+	// Line and Column locate the mistake in the file (both from 1): the
+	// field at fault, else the entry, else the character JSON stopped at.
+	// 0 when there is no file (NewKeyring).
+	Line, Column int
+	// Entry is the position of the entry at fault in the array, from 0;
+	// -1 when the mistake is not one entry's (not JSON, not an array, no
+	// entries).
+	Entry int
+	// ID is the entry's id, when it has one.
+	ID string
+	// Field is the field at fault as the file spells it ("key", "id",
+	// "tenant", "rpm", "tpm", or an unknown one); "" when it is not one
+	// field's.
+	Field string
+	// Err says what is wrong.
+	Err error
+}
+
+// Error returns "gateway: invalid keys: line L, column C: entry I (id
+// "ID"): what is wrong", leaving out the parts that are not known.
+func (e *KeysError) Error() string {
+	var b strings.Builder
+	b.WriteString(ErrInvalidKeys.Error())
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ": line %d, column %d", e.Line, e.Column)
+	}
+	if e.Entry >= 0 {
+		fmt.Fprintf(&b, ": entry %d", e.Entry)
+		if e.ID != "" {
+			fmt.Fprintf(&b, " (id %q)", e.ID)
+		}
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+// Unwrap returns ErrInvalidKeys and what is wrong.
+func (e *KeysError) Unwrap() []error { return []error{ErrInvalidKeys, e.Err} }
+
 // NewKeyring validates keys and returns them as a Keyring. Each key needs
 // a secret (1 to 1024 bytes, no whitespace or control characters) and an
-// ID (1 to 512 bytes); secrets and IDs must be unique, and rpm and tpm
-// must be at least 0. An empty list is an error. Errors wrap
-// ErrInvalidKeys and name the entry by position and ID, never by secret.
-func NewKeyring(keys []Key) (*Keyring, error) {
+// ID (1 to ration.MaxKeyLen bytes of UTF-8); secrets and IDs must be
+// unique, and rpm and tpm must be at least 0 and within the protocol's
+// bounds. An empty list is an error. Errors are *KeysError
+// (wrapping ErrInvalidKeys) and name the entry by position and ID, never
+// by secret.
+func NewKeyring(keys []Key) (*Keyring, error) { return newKeyring(keys, nil) }
+
+// newKeyring is NewKeyring; src, when not nil, is the file the keys were
+// parsed from, to locate errors in.
+func newKeyring(keys []Key, src *keysSource) (*Keyring, error) {
 	if len(keys) == 0 {
-		return nil, fmt.Errorf("%w: no keys", ErrInvalidKeys)
+		return nil, src.fail(-1, "", "", errors.New("no keys"))
 	}
 	kr := &Keyring{bySecret: make(map[[sha256.Size]byte]Key, len(keys)), ids: make([]string, 0, len(keys))}
 	seenID := make(map[string]int, len(keys))
 	for i, k := range keys {
-		where := fmt.Sprintf("entry %d", i)
-		if k.ID != "" {
-			where += fmt.Sprintf(" (id %q)", k.ID)
-		}
-		if err := validateKey(k); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidKeys, where, err)
+		if field, err := validateKey(k); err != nil {
+			return nil, src.fail(i, k.ID, field, err)
 		}
 		if j, dup := seenID[k.ID]; dup {
-			return nil, fmt.Errorf("%w: %s: id also used by entry %d; two keys with one id would share a budget", ErrInvalidKeys, where, j)
+			return nil, src.fail(i, k.ID, "id", fmt.Errorf("id also used by entry %d; two keys with one id would share a budget", j))
 		}
 		seenID[k.ID] = i
 		h := sha256.Sum256([]byte(k.Key))
 		if _, dup := kr.bySecret[h]; dup {
-			return nil, fmt.Errorf("%w: %s: the same secret appears in an earlier entry", ErrInvalidKeys, where)
+			return nil, src.fail(i, k.ID, "key", errors.New("the same secret appears in an earlier entry"))
 		}
 		kr.bySecret[h] = k
 		kr.ids = append(kr.ids, k.ID)
@@ -103,103 +152,268 @@ func NewKeyring(keys []Key) (*Keyring, error) {
 	return kr, nil
 }
 
-func validateKey(k Key) error {
+// validateKey checks one key on its own and names the field at fault.
+func validateKey(k Key) (field string, err error) {
 	switch {
 	case k.Key == "":
-		return errors.New(`"key" is missing or empty`)
+		return "key", errors.New(`"key" is missing or empty`)
 	case len(k.Key) > maxSecretBytes:
-		return fmt.Errorf(`"key" is %d bytes; at most %d`, len(k.Key), maxSecretBytes)
+		return "key", fmt.Errorf(`"key" is %d bytes; at most %d`, len(k.Key), maxSecretBytes)
 	case strings.IndexFunc(k.Key, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
-		return errors.New(`"key" contains whitespace or control characters; it could not be sent as a bearer token`)
+		return "key", errors.New(`"key" contains whitespace or control characters; it could not be sent as a bearer token`)
 	case k.ID == "":
-		return errors.New(`"id" is missing or empty`)
+		return "id", errors.New(`"id" is missing or empty`)
 	}
 	if err := ration.ValidKey(k.ID); err != nil {
-		return fmt.Errorf(`"id": %w`, err)
+		return "id", fmt.Errorf(`"id": %w`, err)
 	}
 	// The same bounds the limiter and the allocator enforce, so a key the
 	// allocator would refuse is refused here, when the file is loaded.
 	var le *ration.LimitsError
 	if err := k.Limits().Validate(); errors.As(err, &le) {
-		return fmt.Errorf("%q: %s (0 = unlimited)", le.Field, le.Reason)
+		return le.Field, fmt.Errorf("%q: %s (0 = unlimited)", le.Field, le.Reason)
 	}
-	return nil
+	return "", nil
+}
+
+// rawKey is one entry as the file holds it. rpm and tpm are pointers so
+// that a missing one is an error, not a silent 0 (unlimited).
+type rawKey struct {
+	Key    string `json:"key"`
+	ID     string `json:"id"`
+	Tenant string `json:"tenant"`
+	RPM    *int64 `json:"rpm"`
+	TPM    *int64 `json:"tpm"`
+}
+
+// keysSource is a keys file being parsed: its bytes and where each entry
+// starts, to turn a mistake into a *KeysError with its line and column.
+// A nil *keysSource (NewKeyring) locates nothing.
+type keysSource struct {
+	data   []byte
+	starts []int64 // byte offset of each entry decoded so far
+}
+
+// fail returns the *KeysError for err in entry (or -1) and field (or ""),
+// located at the field if the entry has it, else at the entry.
+func (s *keysSource) fail(entry int, id, field string, err error) *KeysError {
+	e := &KeysError{Entry: entry, ID: id, Field: field, Err: err}
+	if s != nil && entry >= 0 && entry < len(s.starts) {
+		off := s.starts[entry]
+		if at, ok := fieldOffset(s.data, off, field); ok {
+			off = at
+		}
+		e.Line, e.Column = lineCol(s.data, off)
+	}
+	return e
+}
+
+// failAt is fail located at byte offset off.
+func (s *keysSource) failAt(off int64, entry int, id, field string, err error) *KeysError {
+	e := s.fail(entry, id, field, err)
+	e.Line, e.Column = lineCol(s.data, off)
+	return e
 }
 
 // ParseKeys reads a keys file: a JSON array of Key objects. Unknown
 // fields are errors (a typo like "rpms" must not silently mean
 // unlimited), and so are a missing "rpm" or "tpm" (write 0 for unlimited)
-// and anything after the array. A JSON error names its line and column.
-// See NewKeyring for the other rules.
+// and anything after the array. Errors are *KeysError: a JSON mistake
+// names its line and column, a bad entry its line and column, position,
+// id and field. See NewKeyring for the other rules.
+//
+// This is the one parser of keys files: LoadKeys and KeysReloader use it.
 func ParseKeys(r io.Reader) (*Keyring, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxKeysFileBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading: %w", ErrInvalidKeys, err)
+		return nil, &KeysError{Entry: -1, Err: fmt.Errorf("reading: %w", err)}
 	}
+	return parseKeys(data)
+}
+
+// notArray is what a file that is not an array of entries is told.
+const notArray = `not a JSON array of {"key","id","tenant","rpm","tpm"} objects`
+
+func parseKeys(data []byte) (*Keyring, error) {
 	if len(data) > maxKeysFileBytes {
-		return nil, fmt.Errorf("%w: over %d bytes", ErrInvalidKeys, maxKeysFileBytes)
+		return nil, &KeysError{Entry: -1, Err: fmt.Errorf("over %d bytes", maxKeysFileBytes)}
+	}
+	src := &keysSource{data: data}
+	// Syntax first, over the whole file: the scanner locates a syntax
+	// error exactly (the stream decoder below does not), and the entries
+	// are then decoded from JSON known to be well formed.
+	if !json.Valid(data) {
+		return nil, src.syntaxError()
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	// rpm and tpm are pointers here so that a missing one is an error, not
-	// a silent 0 (unlimited).
-	var raw []struct {
-		Key    string `json:"key"`
-		ID     string `json:"id"`
-		Tenant string `json:"tenant"`
-		RPM    *int64 `json:"rpm"`
-		TPM    *int64 `json:"tpm"`
+	if tok, _ := dec.Token(); tok != json.Delim('[') {
+		return nil, src.failAt(skipSpace(data, 0), -1, "", "", errors.New(notArray))
 	}
-	if err := dec.Decode(&raw); err != nil {
-		off := dec.InputOffset()
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &syn):
-			off = syn.Offset
-		case errors.As(err, &typ):
-			off = typ.Offset
+	var keys []Key
+	for i := 0; dec.More(); i++ {
+		src.starts = append(src.starts, skipSpace(data, dec.InputOffset()))
+		var k rawKey
+		if err := dec.Decode(&k); err != nil {
+			return nil, src.decodeError(i, k.ID, err)
 		}
-		return nil, fmt.Errorf("%w: %s: not a JSON array of {\"key\",\"id\",\"tenant\",\"rpm\",\"tpm\"} objects: %w",
-			ErrInvalidKeys, position(data, off), err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("%w: %s: data after the JSON array", ErrInvalidKeys, position(data, dec.InputOffset()))
-	}
-	keys := make([]Key, len(raw))
-	for i, k := range raw {
 		switch {
 		case k.RPM == nil:
-			return nil, fmt.Errorf("%w: entry %d: \"rpm\" is missing; write 0 for unlimited", ErrInvalidKeys, i)
+			return nil, src.fail(i, k.ID, "rpm", errors.New(`"rpm" is missing; write 0 for unlimited`))
 		case k.TPM == nil:
-			return nil, fmt.Errorf("%w: entry %d: \"tpm\" is missing; write 0 for unlimited", ErrInvalidKeys, i)
+			return nil, src.fail(i, k.ID, "tpm", errors.New(`"tpm" is missing; write 0 for unlimited`))
 		}
-		keys[i] = Key{Key: k.Key, ID: k.ID, Tenant: k.Tenant, RPM: *k.RPM, TPM: *k.TPM}
+		keys = append(keys, Key{Key: k.Key, ID: k.ID, Tenant: k.Tenant, RPM: *k.RPM, TPM: *k.TPM})
 	}
-	return NewKeyring(keys)
+	return newKeyring(keys, src)
 }
 
-// position is "line L, column C" of byte offset off in data (both from 1).
-func position(data []byte, off int64) string {
+// syntaxError locates the first syntax error of s.data, which is not
+// valid JSON.
+func (s *keysSource) syntaxError() *KeysError {
+	err := json.Unmarshal(s.data, new(json.RawMessage))
+	var syn *json.SyntaxError
+	if !errors.As(err, &syn) {
+		return &KeysError{Entry: -1, Err: fmt.Errorf("%s: %w", notArray, err)}
+	}
+	// Offset counts the bytes read, the offending one included; at the
+	// end of the input it is the input's length.
+	off := syn.Offset
+	if off > 0 && off <= int64(len(s.data)) && !strings.HasPrefix(syn.Error(), "unexpected end") {
+		off--
+	}
+	msg := fmt.Errorf("%s: %w", notArray, err)
+	if strings.Contains(syn.Error(), "after top-level value") {
+		msg = errors.New("data after the JSON array")
+	}
+	e := &KeysError{Entry: -1, Err: msg}
+	e.Line, e.Column = lineCol(s.data, off)
+	// Name the entry the error is in, if the array got that far.
+	dec := json.NewDecoder(bytes.NewReader(s.data))
+	if tok, _ := dec.Token(); tok == json.Delim('[') {
+		for i := 0; dec.More() && skipSpace(s.data, dec.InputOffset()) <= off; i++ {
+			if dec.Decode(new(json.RawMessage)) != nil {
+				e.Entry = i // the error is inside entry i
+				e.Err = fmt.Errorf("invalid JSON: %w", err)
+				break
+			}
+		}
+	}
+	return e
+}
+
+// decodeError is the *KeysError for err, met decoding entry i (whose id,
+// if it was read, is id). The JSON is well formed, so err is a type
+// mismatch or an unknown field.
+func (s *keysSource) decodeError(i int, id string, err error) *KeysError {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		if typ.Field == "" {
+			return s.fail(i, id, "", fmt.Errorf(`the entry is a JSON %s; want an object {"key","id","tenant","rpm","tpm"}`, typ.Value))
+		}
+		want := "a whole number (0 = unlimited)"
+		if typ.Type.Kind() == reflect.String {
+			want = "a string"
+		}
+		return s.fail(i, id, typ.Field, fmt.Errorf("%q: got a JSON %s, want %s", typ.Field, typ.Value, want))
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if field, uerr := strconv.Unquote(name); uerr == nil {
+			e := s.fail(i, id, "", fmt.Errorf(`unknown field %q; the fields are "key", "id", "tenant", "rpm" and "tpm"`, field))
+			if at, ok := fieldOffsetExact(s.data, s.starts[i], field); ok {
+				e.Line, e.Column = lineCol(s.data, at)
+			}
+			e.Field = field
+			return e
+		}
+	}
+	return s.fail(i, id, "", err)
+}
+
+// fieldOffset returns the offset of the name of field in the object that
+// starts at off, matched as encoding/json matches names (case folded;
+// the last one wins), and reports whether there is one.
+func fieldOffset(data []byte, off int64, field string) (int64, bool) {
+	return findField(data, off, func(name string) bool { return strings.EqualFold(name, field) })
+}
+
+// fieldOffsetExact is fieldOffset with names compared exactly.
+func fieldOffsetExact(data []byte, off int64, field string) (int64, bool) {
+	return findField(data, off, func(name string) bool { return name == field })
+}
+
+func findField(data []byte, off int64, match func(string) bool) (at int64, found bool) {
+	if off < 0 || off >= int64(len(data)) {
+		return 0, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(data[off:]))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0, false
+	}
+	for dec.More() {
+		start := off + skipSpace(data[off:], dec.InputOffset())
+		tok, err := dec.Token()
+		if err != nil {
+			return at, found
+		}
+		if name, ok := tok.(string); ok && match(name) {
+			at, found = start, true
+		}
+		if dec.Decode(new(json.RawMessage)) != nil {
+			return at, found
+		}
+	}
+	return at, found
+}
+
+// skipSpace returns the offset of the first byte at or after off that is
+// neither JSON whitespace nor a comma or colon between values.
+func skipSpace(data []byte, off int64) int64 {
+	for off < int64(len(data)) {
+		switch data[off] {
+		case ' ', '\t', '\n', '\r', ',', ':':
+			off++
+		default:
+			return off
+		}
+	}
+	return off
+}
+
+// lineCol returns the line and column (both from 1, the column in bytes)
+// of byte offset off in data.
+func lineCol(data []byte, off int64) (line, col int) {
 	off = min(max(off, 0), int64(len(data)))
 	before := data[:off]
-	line := bytes.Count(before, []byte("\n")) + 1
-	col := int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
-	return fmt.Sprintf("line %d, column %d", line, col)
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(off) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return line, col
 }
 
-// LoadKeys reads the keys file at path; see ParseKeys.
+// LoadKeys reads the keys file at path; see ParseKeys. Errors name the
+// path.
 func LoadKeys(path string) (*Keyring, error) {
+	kr, _, err := loadKeys(path)
+	return kr, err
+}
+
+// loadKeys is LoadKeys, also returning the file's bytes as read (nil if
+// it could not be read).
+func loadKeys(path string) (*Keyring, []byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: keys file: %w", err)
+		return nil, nil, fmt.Errorf("gateway: keys file: %w", err)
 	}
 	defer f.Close()
-	kr, err := ParseKeys(f)
+	data, err := io.ReadAll(io.LimitReader(f, maxKeysFileBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("gateway: keys file %s: %w", path, err)
 	}
-	return kr, nil
+	kr, err := parseKeys(data)
+	if err != nil {
+		return nil, data, fmt.Errorf("%s: %w", path, err)
+	}
+	return kr, data, nil
 }
 
 // Lookup returns the key whose secret is secret and reports whether there
@@ -214,3 +428,6 @@ func (kr *Keyring) Len() int { return len(kr.ids) }
 
 // IDs returns the key IDs in the order they were given.
 func (kr *Keyring) IDs() []string { return append([]string(nil), kr.ids...) }
+
+// Current returns kr: a Keyring is a KeySource that never changes.
+func (kr *Keyring) Current() *Keyring { return kr }

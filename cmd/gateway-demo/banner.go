@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/rationhq/ration/gateway"
@@ -34,7 +36,13 @@ func (f *fleet) banner(w io.Writer) {
 		small = gateway.DemoKeys()[0]
 		key = small.Key
 	} else {
-		fmt.Fprintf(&b, "API keys: %d from %s (ids %s); set RATION_KEY to one of them.\n", f.keys.Len(), f.cfg.keysFile, strings.Join(f.keys.IDs(), ", "))
+		kr := f.keys.Current()
+		fmt.Fprintf(&b, "API keys: %d from %s (ids %s); set RATION_KEY to one of them.\n", kr.Len(), f.cfg.keysFile, strings.Join(kr.IDs(), ", "))
+		reload := "edit it and send SIGHUP (kill -HUP " + strconv.Itoa(os.Getpid()) + ")"
+		if f.cfg.keysReload > 0 {
+			reload = fmt.Sprintf("edits are loaded within %v, or at once on SIGHUP (kill -HUP %d)", f.cfg.keysReload, os.Getpid())
+		}
+		fmt.Fprintf(&b, "  The file is live: %s; a file that does not validate is refused, logged, and the keys in force stay.\n", reload)
 	}
 	first, last := f.instances[0].url, f.instances[len(f.instances)-1].url
 	loop := []string{first, first, last, last}

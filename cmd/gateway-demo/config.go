@@ -22,6 +22,10 @@ import (
 // maxInstances bounds --instances.
 const maxInstances = 64
 
+// minKeysReload is the shortest -keys-reload-interval but 0: each poll
+// reads and hashes the whole file.
+const minKeysReload = 10 * time.Millisecond
+
 // maxUpstreamConns bounds --upstream-conns.
 const maxUpstreamConns = 65536
 
@@ -32,6 +36,7 @@ type config struct {
 	listen       string        // first instance's host:port; the others follow
 	instances    int           // gateway instances, 1 to maxInstances
 	keysFile     string        // "" = the built-in demo keys
+	keysReload   time.Duration // how often to poll keysFile for a change; 0 = never (SIGHUP still reloads)
 	dataDir      string        // the embedded allocator's directory
 	upstream     string        // "" = the echo engine
 	tokenize     string        // engine root whose /v1/tokenize counts prompts; "" = see counterURL
@@ -77,7 +82,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address of the first gateway instance; instance i listens on port+i, the echo engine after the last (port 0: any free ports)")
 	fs.IntVar(&c.instances, "instances", 3, fmt.Sprintf("gateway instances, 1 to %d", maxInstances))
-	fs.StringVar(&c.keysFile, "keys", "", `API keys file: JSON [{"key","id","tenant","rpm","tpm"}] (default: the built-in demo keys)`)
+	fs.StringVar(&c.keysFile, "keys", "", `API keys file: JSON [{"key","id","tenant","rpm","tpm"}], reloaded on SIGHUP and when its content changes (default: the built-in demo keys)`)
+	fs.DurationVar(&c.keysReload, "keys-reload-interval", time.Second, "how often to check the -keys file's content and reload it when it changed (0: only on SIGHUP)")
 	fs.StringVar(&c.dataDir, "data", defaultDataDir(), "data directory of the embedded allocator (its bbolt store, allocator.db)")
 	fs.StringVar(&c.upstream, "upstream", "", "OpenAI-compatible engine to proxy to, e.g. http://127.0.0.1:8000 (vLLM), :8081 (llama.cpp), :11434 (Ollama); default: the built-in echo engine")
 	fs.StringVar(&c.tokenize, "tokenize", "", "engine root whose POST /v1/tokenize {model,text} counts prompt tokens (default: the echo engine; with -upstream, none: bytes/4)")
@@ -118,6 +124,8 @@ func (c config) validate() error {
 		return fmt.Errorf("-lease-ttl %v: want 1ms to 1h", c.leaseTTL)
 	case c.echoDelay < 0 || c.drain < 0:
 		return errors.New("-echo-delay and -drain must not be negative")
+	case c.keysReload < 0 || (c.keysReload > 0 && c.keysReload < minKeysReload):
+		return fmt.Errorf("-keys-reload-interval %v: want 0 (off) or at least %v", c.keysReload, minKeysReload)
 	case c.maxBody < 1 || c.maxInFlight < c.maxBody:
 		return fmt.Errorf("-max-body-bytes %d, -max-body-in-flight %d: want 1 <= max-body-bytes <= max-body-in-flight", c.maxBody, c.maxInFlight)
 	}

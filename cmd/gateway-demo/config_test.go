@@ -67,3 +67,23 @@ func TestParseConfigRejects(t *testing.T) {
 		}
 	}
 }
+
+func TestParseConfigKeysReloadInterval(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	if c, err := parseConfig(nil, noEnv, io.Discard); err != nil || c.keysReload != time.Second {
+		t.Errorf("default %v, %v; want 1s", c.keysReload, err)
+	}
+	env := map[string]string{"RATION_DEMO_KEYS_RELOAD_INTERVAL": "250ms"}
+	if c, err := parseConfig(nil, func(k string) string { return env[k] }, io.Discard); err != nil || c.keysReload != 250*time.Millisecond {
+		t.Errorf("env: %v, %v", c.keysReload, err)
+	}
+	if c, err := parseConfig([]string{"-keys-reload-interval", "0"}, noEnv, io.Discard); err != nil || c.keysReload != 0 {
+		t.Errorf("0 (off): %v, %v", c.keysReload, err)
+	}
+	for _, bad := range []string{"-1s", "1ms", "soon"} {
+		if _, err := parseConfig([]string{"-keys-reload-interval", bad}, noEnv, io.Discard); err == nil ||
+			!strings.Contains(err.Error(), "keys-reload-interval") {
+			t.Errorf("-keys-reload-interval %s: error %v", bad, err)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,15 +24,17 @@ import (
 
 // deps are what the process provides and tests replace.
 type deps struct {
-	clock  ration.Clock // nil: the system clock
-	out    io.Writer    // the banner
-	logOut io.Writer    // logs
+	clock  ration.Clock     // nil: the system clock
+	out    io.Writer        // the banner
+	logOut io.Writer        // logs
+	hup    <-chan os.Signal // SIGHUP (notifyReload): reload the keys file; nil: none
 }
 
 // instance is one running gateway.
 type instance struct {
 	url     string // http://host:port
 	limiter *spender.Limiter
+	reg     *prometheus.Registry // what its /metrics serves
 	srv     *http.Server
 	done    chan error // Serve's result
 }
@@ -40,8 +43,10 @@ type instance struct {
 type fleet struct {
 	cfg       config
 	log       *slog.Logger
-	keys      *gateway.Keyring
-	demoKeys  bool // keys are the built-in ones (the banner may print them)
+	keys      gateway.KeySource     // every instance's keys: the reloader's, or the built-in ones
+	reloader  *gateway.KeysReloader // keeps keys in step with -keys; nil with the built-in keys
+	stopWatch func()                // stops watchKeys and waits for it; nil until it runs
+	demoKeys  bool                  // keys are the built-in ones (the banner may print them)
 	source    *leaseSource
 	engine    *http.Server // nil with -upstream
 	engineURL string       // the echo engine's or -upstream's root
@@ -81,13 +86,7 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 			f.stop()
 		}
 	}()
-	if cfg.keysFile != "" {
-		f.keys, err = gateway.LoadKeys(cfg.keysFile)
-	} else {
-		f.keys, err = gateway.NewKeyring(gateway.DemoKeys())
-		f.demoKeys = true
-	}
-	if err != nil {
+	if err := f.loadKeys(d.clock); err != nil {
 		return nil, err
 	}
 	gwAddrs, engineAddr, err := cfg.addrs()
@@ -143,7 +142,50 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 		}
 		f.instances = append(f.instances, inst)
 	}
+	f.watchKeys(d.hup)
 	return f, nil
+}
+
+// loadKeys loads the keys every instance serves: the -keys file, through
+// a reloader that keeps them in step with it, or the built-in demo keys.
+func (f *fleet) loadKeys(clock ration.Clock) error {
+	if f.cfg.keysFile == "" {
+		kr, err := gateway.NewKeyring(gateway.DemoKeys())
+		f.keys, f.demoKeys = kr, true
+		return err
+	}
+	r, err := gateway.NewKeysReloader(f.cfg.keysFile, f.log, clock)
+	if err != nil {
+		return err
+	}
+	f.reloader, f.keys = r, r.Keys()
+	f.log.Info("gateway-demo: keys loaded", "path", f.cfg.keysFile, "keys", f.keys.Current().Len(),
+		"reload_interval", f.cfg.keysReload)
+	return nil
+}
+
+// watchKeys reloads the keys file on each value from hup and, every
+// cfg.keysReload, when its content changed, until stop. With the built-in
+// keys there is nothing to reload: a SIGHUP is only logged.
+func (f *fleet) watchKeys(hup <-chan os.Signal) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	f.stopWatch = func() { cancel(); <-done }
+	go func() {
+		defer close(done)
+		if f.reloader != nil {
+			f.reloader.Run(ctx, f.cfg.keysReload, hup)
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				f.log.Warn("gateway-demo: SIGHUP, but there is no keys file to reload: the built-in demo keys are in use (pass -keys FILE)")
+			}
+		}
+	}()
 }
 
 // counter is the prompt tokenizer: -tokenize, else the echo engine, else
@@ -162,6 +204,11 @@ func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, clock ration.
 	log := f.log.With("instance", i+1)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if f.reloader != nil {
+		if err := f.reloader.Register(reg); err != nil { // every instance shows the keys it serves
+			return nil, err
+		}
+	}
 	lim, err := newLimiter(i, spenderID(f.spenderID, i), f.source.src, clock, reg, f.log)
 	if err != nil {
 		return nil, err
@@ -178,15 +225,20 @@ func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, clock ration.
 		_ = lim.Close(context.Background())
 		return nil, err
 	}
-	inst := &instance{url: "http://" + ln.Addr().String(), limiter: lim, srv: newServer(g, f.cfg.limits, log), done: make(chan error, 1)}
+	inst := &instance{url: "http://" + ln.Addr().String(), limiter: lim, reg: reg, srv: newServer(g, f.cfg.limits, log), done: make(chan error, 1)}
 	go func() { inst.done <- inst.srv.Serve(ln) }()
 	log.Info("gateway-demo: instance listening", "url", inst.url)
 	return inst, nil
 }
 
-// stop stops the instances (stopInstances), then closes the allocator
-// and the engine. It reports the failures but always does every step.
+// stop stops watching the keys file, stops the instances
+// (stopInstances), then closes the allocator and the engine. It reports
+// the failures but always does every step.
 func (f *fleet) stop() error {
+	if f.stopWatch != nil {
+		f.stopWatch()
+		f.stopWatch = nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.cfg.drain+5*time.Second)
 	defer cancel()
 	errs := []error{f.stopInstances(ctx)}

@@ -57,8 +57,16 @@ func startFleet(t *testing.T, cfg config, clock ration.Clock) *fleet {
 // startFleetLogs is startFleet, also returning the demo's log buffer.
 func startFleetLogs(t *testing.T, cfg config, clock ration.Clock) (*fleet, *testkit.SyncBuffer) {
 	t.Helper()
+	return startFleetLogsDeps(t, cfg, deps{clock: clock})
+}
+
+// startFleetLogsDeps is startFleetLogs with d (its logOut is replaced by
+// the returned buffer).
+func startFleetLogsDeps(t *testing.T, cfg config, d deps) (*fleet, *testkit.SyncBuffer) {
+	t.Helper()
 	logs := &testkit.SyncBuffer{}
-	f, err := start(t.Context(), cfg, deps{clock: clock, logOut: logs})
+	d.logOut = logs
+	f, err := start(t.Context(), cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@
 // Flags and RATION_DEMO_* environment variables are described by -help
 // and docs/gateway-demo.md. Ctrl-C or SIGTERM drains in-flight requests,
 // returns every instance's leases to the allocator and closes the store.
+// SIGHUP reloads the keys file (-keys), which is also reloaded when its
+// content changes.
 package main
 
 import (
@@ -24,6 +26,8 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	hup, stopHUP := notifyReload() // before anything else: an unhandled SIGHUP would end the process
+	defer stopHUP()
 	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return // -help printed the usage: not a failure
@@ -32,8 +36,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gateway-demo:", err)
 		os.Exit(2)
 	}
-	if err := run(ctx, cfg, deps{out: os.Stdout, logOut: os.Stderr}); err != nil {
+	if err := run(ctx, cfg, deps{out: os.Stdout, logOut: os.Stderr, hup: hup}); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway-demo:", err)
 		os.Exit(1)
 	}
+}
+
+// notifyReload returns the channel SIGHUP arrives on from now on, the
+// signal that reloads the keys file, and the function that undoes it.
+// SIGHUP's default action ends the process; once this has run it does not.
+func notifyReload() (<-chan os.Signal, func()) {
+	hup := make(chan os.Signal, 1) // signals while a reload runs coalesce into one more
+	signal.Notify(hup, syscall.SIGHUP)
+	return hup, func() { signal.Stop(hup) }
 }
