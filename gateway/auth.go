@@ -37,7 +37,7 @@ func Authenticate(keys KeySource, logger *slog.Logger, onFail func(reason string
 						"using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).")
 				return
 			}
-			k, ok := keys.Current().Lookup(secret)
+			p, ok := keys.Current().Principal(secret)
 			if !ok {
 				onFail("unknown")
 				logger.LogAttrs(r.Context(), slog.LevelInfo, "gateway: unknown API key",
@@ -47,7 +47,7 @@ func Authenticate(keys KeySource, logger *slog.Logger, onFail func(reason string
 					"Incorrect API key provided. Check the key, or ask the gateway's operator for one.")
 				return
 			}
-			next.ServeHTTP(w, r.WithContext(spenderhttp.WithPrincipal(r.Context(), k.Principal())))
+			next.ServeHTTP(w, r.WithContext(spenderhttp.WithPrincipal(r.Context(), p)))
 		})
 	}
 }

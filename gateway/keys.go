@@ -29,23 +29,79 @@ const maxKeysFileBytes = 64 << 20
 //
 // Key is the secret a client sends as "Authorization: Bearer <key>". ID
 // names the budget: two keys with different IDs never share one. Tenant
-// is informational. RPM (requests per minute) and TPM (tokens per minute)
-// are the key's global budgets; 0 means unlimited in that dimension.
+// names the tenant whose budget (the file's "tenants") the key shares, if
+// it has one. RPM (requests per minute) and TPM (tokens per minute) are
+// the key's global budgets; 0 means unlimited in that dimension.
+//
+// The other fields are optional (see Rates): input and output tokens per
+// minute, requests and tokens per day, and limits per model, each a
+// budget of its own that a request is charged to with the others, all or
+// nothing.
 type Key struct {
 	Key    string `json:"key"`
 	ID     string `json:"id"`
 	Tenant string `json:"tenant"`
 	RPM    int64  `json:"rpm"`
 	TPM    int64  `json:"tpm"`
+
+	ITPM   int64            `json:"itpm,omitempty"`   // input tokens per minute
+	OTPM   int64            `json:"otpm,omitempty"`   // output tokens per minute
+	RPD    int64            `json:"rpd,omitempty"`    // requests per day
+	TPD    int64            `json:"tpd,omitempty"`    // tokens per day
+	Models map[string]Rates `json:"models,omitempty"` // the key's limits on each model, by the request's "model"
+}
+
+// rates is k's own limits as Rates.
+func (k Key) rates() Rates {
+	return Rates{RPM: k.RPM, TPM: k.TPM, ITPM: k.ITPM, OTPM: k.OTPM, RPD: k.RPD, TPD: k.TPD}
 }
 
 // Limits returns the key's budgets for the limiter: capacity one minute's
 // worth, refilled continuously.
 func (k Key) Limits() ration.Limits { return ration.Limits{RPM: k.RPM, TPM: k.TPM} }
 
-// Principal returns the caller the limit stage sees for this key.
+// Principal returns the caller the limit stage sees for this key, with
+// the key's own budgets; a Keyring's adds its tenant's and its models'
+// (see Keyring.Principal).
 func (k Key) Principal() spenderhttp.Principal {
-	return spenderhttp.Principal{KeyID: k.ID, Tenant: k.Tenant, Limits: k.Limits()}
+	return principalOf(k, nil)
+}
+
+// principalOf is k's Principal under the tables of a keys file (nil: k's
+// own budgets only). Budget ids: the key's own extras "<id>/in", "/out",
+// "/day"; its tenant's "tenant:<name>" (and "/in", ...); its limits on a
+// model "<id>@<model>"; a model's cap "model:<model>".
+func principalOf(k Key, t *tables) spenderhttp.Principal {
+	p := spenderhttp.Principal{KeyID: k.ID, Tenant: k.Tenant, Limits: k.Limits()}
+	p.Budgets = k.rates().spend(k.ID, "key", true)
+	if t != nil && k.Tenant != "" {
+		if r, ok := t.Tenants[k.Tenant]; ok {
+			p.Budgets = append(p.Budgets, r.spend("tenant:"+k.Tenant, "tenant", false)...)
+		}
+	}
+	models := map[string][]spenderhttp.Budget{}
+	for _, m := range sortedNames(k.Models) {
+		models[m] = append(models[m], k.Models[m].spend(k.ID+"@"+m, "key-model", false)...)
+	}
+	if t != nil {
+		for _, m := range sortedNames(t.Models) {
+			models[m] = append(models[m], t.Models[m].spend("model:"+m, "model", false)...)
+		}
+	}
+	if len(p.Budgets) == 0 {
+		p.Budgets = nil
+	}
+	if len(models) > 0 {
+		p.Models = models
+	}
+	return p
+}
+
+// tables are a keys file's budgets that are not one key's: each tenant's,
+// shared by its keys, and each model's cap, shared by every key.
+type tables struct {
+	Tenants map[string]Rates `json:"tenants"`
+	Models  map[string]Rates `json:"models"`
 }
 
 // DemoKeys returns the keys the demo starts with when no keys file is
@@ -68,8 +124,14 @@ func DemoKeys() []Key {
 type Keyring struct {
 	// bySecret maps the SHA-256 of each secret to its key, so lookups
 	// hash the presented secret instead of comparing it byte by byte.
-	bySecret map[[sha256.Size]byte]Key
+	bySecret map[[sha256.Size]byte]entry
 	ids      []string // key IDs in file order
+}
+
+// entry is one key and the Principal it authenticates as.
+type entry struct {
+	key Key
+	p   spenderhttp.Principal
 }
 
 // KeysError is a mistake in a list of keys, located: every error
@@ -124,15 +186,19 @@ func (e *KeysError) Unwrap() []error { return []error{ErrInvalidKeys, e.Err} }
 // bounds. An empty list is an error. Errors are *KeysError
 // (wrapping ErrInvalidKeys) and name the entry by position and ID, never
 // by secret.
-func NewKeyring(keys []Key) (*Keyring, error) { return newKeyring(keys, nil) }
+func NewKeyring(keys []Key) (*Keyring, error) { return newKeyring(keys, nil, nil) }
 
-// newKeyring is NewKeyring; src, when not nil, is the file the keys were
-// parsed from, to locate errors in.
-func newKeyring(keys []Key, src *keysSource) (*Keyring, error) {
+// newKeyring is NewKeyring under the file's tables t (nil: none); src,
+// when not nil, is the file the keys were parsed from, to locate errors
+// in.
+func newKeyring(keys []Key, t *tables, src *keysSource) (*Keyring, error) {
 	if len(keys) == 0 {
 		return nil, src.fail(-1, "", "", errors.New("no keys"))
 	}
-	kr := &Keyring{bySecret: make(map[[sha256.Size]byte]Key, len(keys)), ids: make([]string, 0, len(keys))}
+	if err := t.validate(); err != nil {
+		return nil, src.failTable(err)
+	}
+	kr := &Keyring{bySecret: make(map[[sha256.Size]byte]entry, len(keys)), ids: make([]string, 0, len(keys))}
 	seenID := make(map[string]int, len(keys))
 	for i, k := range keys {
 		if field, err := validateKey(k); err != nil {
@@ -146,8 +212,25 @@ func newKeyring(keys []Key, src *keysSource) (*Keyring, error) {
 		if _, dup := kr.bySecret[h]; dup {
 			return nil, src.fail(i, k.ID, "key", errors.New("the same secret appears in an earlier entry"))
 		}
-		kr.bySecret[h] = k
+		kr.bySecret[h] = entry{key: k, p: principalOf(k, t)}
 		kr.ids = append(kr.ids, k.ID)
+	}
+	// Every budget id must name one budget: not a key's id, and within
+	// the protocol's bound.
+	for i, k := range keys {
+		e := kr.bySecret[sha256.Sum256([]byte(k.Key))]
+		all := e.p.Budgets
+		for _, m := range sortedNames(e.p.Models) {
+			all = append(all, e.p.Models[m]...)
+		}
+		for _, b := range all {
+			if err := ration.ValidKey(b.Key); err != nil {
+				return nil, src.fail(i, k.ID, "id", fmt.Errorf("budget id %q: %w", b.Key, err))
+			}
+			if j, clash := seenID[b.Key]; clash {
+				return nil, src.fail(i, k.ID, "id", fmt.Errorf("budget id %q is the id of entry %d; rename one", b.Key, j))
+			}
+		}
 	}
 	return kr, nil
 }
@@ -169,21 +252,65 @@ func validateKey(k Key) (field string, err error) {
 	}
 	// The same bounds the limiter and the allocator enforce, so a key the
 	// allocator would refuse is refused here, when the file is loaded.
-	var le *ration.LimitsError
-	if err := k.Limits().Validate(); errors.As(err, &le) {
-		return le.Field, fmt.Errorf("%q: %s (0 = unlimited)", le.Field, le.Reason)
+	if field, err := k.rates().validate(); err != nil {
+		return field, err
+	}
+	for _, m := range sortedNames(k.Models) {
+		if m == "" {
+			return "models", errors.New(`"models" has an empty model name`)
+		}
+		if _, err := k.Models[m].validate(); err != nil {
+			return "models", fmt.Errorf("models[%q]: %w", m, err)
+		}
 	}
 	return "", nil
 }
 
+// validate checks the tables' names and rates.
+func (t *tables) validate() error {
+	if t == nil {
+		return nil
+	}
+	for _, tab := range []struct {
+		name string
+		m    map[string]Rates
+	}{{"tenants", t.Tenants}, {"models", t.Models}} {
+		for _, n := range sortedNames(tab.m) {
+			if n == "" {
+				return &tableError{tab.name, n, "", errors.New("empty name")}
+			}
+			if field, err := tab.m[n].validate(); err != nil {
+				return &tableError{tab.name, n, field, err}
+			}
+		}
+	}
+	return nil
+}
+
+// tableError is a mistake in the file's "tenants" or "models".
+type tableError struct {
+	table, name, field string
+	err                error
+}
+
+func (e *tableError) Error() string {
+	return fmt.Sprintf("%s[%q]: %v", e.table, e.name, e.err)
+}
+
 // rawKey is one entry as the file holds it. rpm and tpm are pointers so
-// that a missing one is an error, not a silent 0 (unlimited).
+// that a missing one is an error, not a silent 0 (unlimited); the other
+// limits are optional.
 type rawKey struct {
-	Key    string `json:"key"`
-	ID     string `json:"id"`
-	Tenant string `json:"tenant"`
-	RPM    *int64 `json:"rpm"`
-	TPM    *int64 `json:"tpm"`
+	Key    string           `json:"key"`
+	ID     string           `json:"id"`
+	Tenant string           `json:"tenant"`
+	RPM    *int64           `json:"rpm"`
+	TPM    *int64           `json:"tpm"`
+	ITPM   int64            `json:"itpm"`
+	OTPM   int64            `json:"otpm"`
+	RPD    int64            `json:"rpd"`
+	TPD    int64            `json:"tpd"`
+	Models map[string]Rates `json:"models"`
 }
 
 // keysSource is a keys file being parsed: its bytes and where each entry
@@ -215,12 +342,23 @@ func (s *keysSource) failAt(off int64, entry int, id, field string, err error) *
 	return e
 }
 
-// ParseKeys reads a keys file: a JSON array of Key objects. Unknown
-// fields are errors (a typo like "rpms" must not silently mean
-// unlimited), and so are a missing "rpm" or "tpm" (write 0 for unlimited)
-// and anything after the array. Errors are *KeysError: a JSON mistake
-// names its line and column, a bad entry its line and column, position,
-// id and field. See NewKeyring for the other rules.
+// ParseKeys reads a keys file: a JSON array of Key objects, or an object
+// with that array as "keys" beside the budgets keys share:
+//
+//	{
+//	  "keys": [{"key": "sk-a", "id": "a", "tenant": "acme", "rpm": 60, "tpm": 90000,
+//	            "models": {"gpt-4o": {"tpm": 30000}}}, ...],
+//	  "tenants": {"acme": {"rpm": 100, "tpm": 150000}},
+//	  "models":  {"gpt-4o": {"tpm": 500000, "otpm": 100000}}
+//	}
+//
+// "tenants" gives each tenant a budget all its keys share; "models" caps
+// each model over every key. Unknown fields are errors (a typo like
+// "rpms" must not silently mean unlimited), and so are a missing "rpm"
+// or "tpm" in a key (write 0 for unlimited) and anything after the
+// array. Errors are *KeysError: a JSON mistake names its line and
+// column, a bad entry its line and column, position, id and field. See
+// NewKeyring for the other rules.
 //
 // This is the one parser of keys files: LoadKeys and KeysReloader use it.
 func ParseKeys(r io.Reader) (*Keyring, error) {
@@ -247,9 +385,51 @@ func parseKeys(data []byte) (*Keyring, error) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	if tok, _ := dec.Token(); tok != json.Delim('[') {
+	var keys []Key
+	var t *tables
+	var err error
+	switch tok, _ := dec.Token(); tok {
+	case json.Delim('['):
+		keys, err = src.entries(dec)
+	case json.Delim('{'):
+		t = &tables{}
+		for dec.More() && err == nil {
+			at := skipSpace(data, dec.InputOffset())
+			name, _ := dec.Token()
+			switch name {
+			case "keys":
+				if tok, _ := dec.Token(); tok != json.Delim('[') {
+					return nil, src.failAt(at, -1, "", "keys", errors.New(`"keys" is not an array of {"key","id","tenant","rpm","tpm"} objects`))
+				}
+				keys, err = src.entries(dec)
+			case "tenants", "models":
+				m := &t.Tenants
+				if name == "models" {
+					m = &t.Models
+				}
+				if derr := dec.Decode(m); derr != nil {
+					return nil, src.failAt(at, -1, "", name.(string), fmt.Errorf("%q: %w", name, derr))
+				}
+			case "key", "id", "tenant", "rpm", "tpm":
+				// One key's object, not in an array.
+				return nil, src.failAt(skipSpace(data, 0), -1, "", "", errors.New(notArray+`, nor an object with such an array as "keys"`))
+			default:
+				return nil, src.failAt(at, -1, "", fmt.Sprint(name), fmt.Errorf(`unknown field %q; the file's fields are "keys", "tenants" and "models"`, name))
+			}
+		}
+	default:
 		return nil, src.failAt(skipSpace(data, 0), -1, "", "", errors.New(notArray))
 	}
+	if err != nil {
+		return nil, err
+	}
+	return newKeyring(keys, t, src)
+}
+
+// entries decodes the entries of the keys array dec is inside, and its
+// closing bracket.
+func (src *keysSource) entries(dec *json.Decoder) ([]Key, error) {
+	data := src.data
 	var keys []Key
 	for i := 0; dec.More(); i++ {
 		src.starts = append(src.starts, skipSpace(data, dec.InputOffset()))
@@ -263,9 +443,27 @@ func parseKeys(data []byte) (*Keyring, error) {
 		case k.TPM == nil:
 			return nil, src.fail(i, k.ID, "tpm", errors.New(`"tpm" is missing; write 0 for unlimited`))
 		}
-		keys = append(keys, Key{Key: k.Key, ID: k.ID, Tenant: k.Tenant, RPM: *k.RPM, TPM: *k.TPM})
+		keys = append(keys, Key{Key: k.Key, ID: k.ID, Tenant: k.Tenant, RPM: *k.RPM, TPM: *k.TPM,
+			ITPM: k.ITPM, OTPM: k.OTPM, RPD: k.RPD, TPD: k.TPD, Models: k.Models})
 	}
-	return newKeyring(keys, src)
+	_, err := dec.Token() // the closing bracket
+	return keys, err
+}
+
+// failTable is the *KeysError for a mistake in the file's tables, located
+// at the table's entry when it can be found.
+func (s *keysSource) failTable(err error) *KeysError {
+	te, ok := err.(*tableError)
+	if !ok {
+		return &KeysError{Entry: -1, Err: err}
+	}
+	e := &KeysError{Entry: -1, Field: te.table, Err: err}
+	if s != nil {
+		if at, found := fieldOffsetExact(s.data, skipSpace(s.data, 0), te.table); found {
+			e.Line, e.Column = lineCol(s.data, at)
+		}
+	}
+	return e
 }
 
 // syntaxError locates the first syntax error of s.data, which is not
@@ -419,8 +617,17 @@ func loadKeys(path string) (*Keyring, []byte, error) {
 // Lookup returns the key whose secret is secret and reports whether there
 // is one.
 func (kr *Keyring) Lookup(secret string) (Key, bool) {
-	k, ok := kr.bySecret[sha256.Sum256([]byte(secret))]
-	return k, ok
+	e, ok := kr.bySecret[sha256.Sum256([]byte(secret))]
+	return e.key, ok
+}
+
+// Principal returns the caller the limit stage sees for the key whose
+// secret is secret: its own limits and budgets, its tenant's, and its
+// models' (the key's and the file's caps), and reports whether there is
+// such a key. The Principal is shared: do not modify it.
+func (kr *Keyring) Principal(secret string) (spenderhttp.Principal, bool) {
+	e, ok := kr.bySecret[sha256.Sum256([]byte(secret))]
+	return e.p, ok
 }
 
 // Len returns the number of keys.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"crypto/sha256"
+	"reflect"
 	"slices"
 	"sync/atomic"
 )
@@ -60,7 +61,7 @@ type KeysDiff struct {
 // DiffKeys compares two Keyrings; old may be nil (every key is added).
 func DiffKeys(old, cur *Keyring) KeysDiff {
 	d := KeysDiff{Keys: cur.Len()}
-	var was map[[sha256.Size]byte]Key
+	var was map[[sha256.Size]byte]entry
 	if old != nil {
 		was = old.bySecret
 	}
@@ -74,22 +75,22 @@ func DiffKeys(old, cur *Keyring) KeysDiff {
 		for h := range kr.bySecret {
 			hs = append(hs, h)
 		}
-		slices.SortFunc(hs, func(a, b [sha256.Size]byte) int { return pos[kr.bySecret[a].ID] - pos[kr.bySecret[b].ID] })
+		slices.SortFunc(hs, func(a, b [sha256.Size]byte) int { return pos[kr.bySecret[a].key.ID] - pos[kr.bySecret[b].key.ID] })
 		return hs
 	}
 	for _, h := range order(cur) {
-		k := cur.bySecret[h]
+		e := cur.bySecret[h]
 		switch o, ok := was[h]; {
 		case !ok:
-			d.Added = append(d.Added, k.ID)
-		case o != k:
-			d.Changed = append(d.Changed, k.ID)
+			d.Added = append(d.Added, e.key.ID)
+		case !reflect.DeepEqual(o, e): // its own limits, or its tenant's or models'
+			d.Changed = append(d.Changed, e.key.ID)
 		}
 	}
 	if old != nil {
 		for _, h := range order(old) {
 			if _, ok := cur.bySecret[h]; !ok {
-				d.Removed = append(d.Removed, old.bySecret[h].ID)
+				d.Removed = append(d.Removed, old.bySecret[h].key.ID)
 			}
 		}
 	}

@@ -104,7 +104,8 @@ func (h *hold) views() []budgetView {
 }
 
 // reserve reserves est for p: its key's Limits alone with Reserve, or,
-// when p has Budgets, every budget with ReserveAll.
+// when p has Budgets (its model's included), every budget with
+// ReserveAll.
 func (s *stage) reserve(ctx context.Context, p Principal, est estimateResult) (*hold, error) {
 	key := refOf(p, p.KeyID)
 	if len(p.Budgets) == 0 {

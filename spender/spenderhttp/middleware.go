@@ -138,6 +138,9 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	est := estimate(ctx, s.counter, body, req, defaultCompletion)
 
+	if m := p.Models[req.model]; len(m) > 0 {
+		p.Budgets = append(p.Budgets[:len(p.Budgets):len(p.Budgets)], m...) // a copy: p is shared by requests
+	}
 	res, err := s.reserve(ctx, p, est)
 	if err != nil {
 		s.reject(w, r, p, err)

@@ -21,6 +21,11 @@ type Principal struct {
 	// limits, its input or output tokens. The limiter must then be a
 	// MultiReserver. Empty: the key's Limits alone.
 	Budgets []Budget
+
+	// Models are more budgets for requests that name a model (the body's
+	// "model", matched exactly): the key's limits on that model, the
+	// model's cap over every key. They are charged with Budgets.
+	Models map[string][]Budget
 }
 
 // Budget is one budget a request is charged to beside its key's own
