@@ -140,11 +140,8 @@ func (l *Limiter) ReserveAll(ctx context.Context, charges []Charge) (*Reservatio
 			rs.parts[i] = unlimited{}
 			continue
 		}
-		st.take(c.Cost)
-		r := &each[i]
-		*r = reservation{sh: st.sh, st: st, kl: st.kl, cost: c.Cost}
-		r.lvl[0], r.lvl[1] = st.levels()
-		rs.parts[i] = r
+		st.admit(&each[i], c.Cost)
+		rs.parts[i] = &each[i]
 	}
 	return rs, nil
 }
@@ -172,9 +169,10 @@ func (l *Limiter) reserveAllLeased(now bucket.Instant, charges []Charge, w *wait
 		if err != nil {
 			return nil, nil, err
 		}
+		byPolicy := false
 		if v == fallback {
 			if rej = lz.fallbackCheckLocked(st, c.Cost, now); rej != nil {
-				v = refuse
+				v, byPolicy = refuse, true
 			}
 		}
 		if v == refuse {
@@ -184,7 +182,7 @@ func (l *Limiter) reserveAllLeased(now bucket.Instant, charges []Charge, w *wait
 				return nil, nil, rej
 			}
 			if worst == nil || rej.RetryAfter > worst.RetryAfter {
-				worst, closed = rej, lz.cfg.policy == FailClosed && lz.fallback.Load()
+				worst, closed = rej, byPolicy && lz.cfg.policy == FailClosed
 			}
 		}
 		verdicts[i] = v

@@ -156,9 +156,8 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim ration.Limits, c 
 		sh.mu.Unlock()
 		return nil, time.Time{}, rej
 	}
-	st.take(c)
-	r := &reservation{sh: sh, st: st, kl: st.kl, cost: c}
-	r.lvl[0], r.lvl[1] = st.levels()
+	r := &reservation{}
+	st.admit(r, c)
 	sh.mu.Unlock()
 	if !ahead {
 		return r, time.Time{}, nil
@@ -284,6 +283,14 @@ func (l *Limiter) Close(ctx context.Context) error {
 		return nil
 	}
 	return l.drv.close(ctx)
+}
+
+// admit takes c from st's buckets (the shard locked) and makes r its
+// reservation.
+func (st *keyState) admit(r *reservation, c ration.Amount) {
+	st.take(c)
+	*r = reservation{sh: st.sh, st: st, kl: st.kl, cost: c}
+	r.lvl[0], r.lvl[1] = st.levels()
 }
 
 // reservation is a standalone Limiter's Reservation.
