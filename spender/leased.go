@@ -120,9 +120,6 @@ func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant,
 	switch {
 	case ls.notBefore > now:
 		return refuse, &RejectError{RetryAfter: ls.notBefore.Sub(now), Status: ls.status(lim, now), Dimension: ls.shortDim, Cost: c}, nil
-	case w != nil && ls.tooLarge:
-		dim, _ := oversize(lim, c)
-		return refuse, &RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c}, nil
 	case lz.fallback.Load(), w != nil && now >= w.deadline && (now >= w.limit || !lz.awaitingAnswer(ls)):
 		return fallback, nil, nil
 	case w != nil && now >= w.deadline:

@@ -37,7 +37,6 @@ type leaseState struct {
 
 	notBefore bucket.Instant // after NOT_COVERED: answer locally until then
 	shortDim  Dimension      // the dimension that was short then
-	tooLarge  bool           // the allocator said the last need can never fit
 	rejected  error          // the allocator refused the key's entry as invalid (ErrKeyRejected)
 
 	waitMax ration.Amount // the largest cost a waiting Reserve needs

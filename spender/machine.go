@@ -586,7 +586,6 @@ func (lz *leaser) applyGrant(st *keyState, need ration.Amount, g *leasev1.KeyGra
 	if recv >= expiry {
 		ls.avail = ration.Amount{} // the answer came too late to spend anything
 	}
-	ls.tooLarge = false
 	switch g.GetStatus() {
 	case leasev1.GrantStatus_GRANT_STATUS_OK:
 		if recv < expiry {
@@ -597,7 +596,11 @@ func (lz *leaser) applyGrant(st *keyState, need ration.Amount, g *leasev1.KeyGra
 		ls.notBefore = recv.Add(wireDuration(g.GetRetryAfterUs()))
 		ls.shortDim = shortDim(st.lim, need, g.GetSnapshot())
 	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
-		ls.tooLarge = true
+		// The need can never fit the limits the call carried. A request
+		// that cannot fit its own limits is refused before it asks, so
+		// this answer is about other limits: a call built while the key's
+		// limits changed (requests in flight still carry the old ones).
+		// The waiters ask again, with their own.
 	}
 	if g.GetHeld() != nil {
 		ls.trimTo(st.lim, fromAmount(g.GetHeld()))
