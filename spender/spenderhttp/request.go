@@ -50,8 +50,10 @@ type wireRequest struct {
 	StreamOptions       json.RawMessage `json:"stream_options"`
 }
 
-// wireMessage is one chat message; only its content is read.
+// wireMessage is one chat message: what a MessageCounter counts.
 type wireMessage struct {
+	Role    string          `json:"role"`
+	Name    string          `json:"name"`
 	Content json.RawMessage `json:"content"`
 }
 
@@ -61,6 +63,12 @@ type request struct {
 	model string // the model field, "" if absent
 	text  string // PromptText: the text to tokenize
 	ids   int64  // token ids given directly (integer prompt/input arrays)
+
+	// messages are the chat messages, for a MessageCounter; rest is the
+	// text outside them (prompt and input), set only when there are
+	// messages.
+	messages []ChatMessage
+	rest     string
 
 	// maxField names the field maxOut came from ("" when none was set);
 	// maxOut is the per-choice completion cap in tokens.
@@ -97,11 +105,21 @@ func parseRequest(body []byte) (request, error) {
 	req.model = w.Model
 	var texts []string
 	collect(w.Prompt, &texts, &req.ids, 0)
-	for _, m := range w.Messages {
-		collect(m.Content, &texts, &req.ids, 1)
+	nPrompt := len(texts)
+	if len(w.Messages) > 0 {
+		req.messages = make([]ChatMessage, len(w.Messages))
 	}
+	for i, m := range w.Messages {
+		start := len(texts)
+		collect(m.Content, &texts, &req.ids, 1)
+		req.messages[i] = ChatMessage{Role: m.Role, Name: m.Name, Content: strings.Join(texts[start:], "\n")}
+	}
+	nMessages := len(texts)
 	collect(w.Input, &texts, &req.ids, 0)
 	req.text = strings.Join(texts, "\n")
+	if req.messages != nil && (nPrompt > 0 || len(texts) > nMessages) {
+		req.rest = strings.Join(append(texts[:nPrompt:nPrompt], texts[nMessages:]...), "\n")
+	}
 	req.chatLike = len(w.Prompt) > 0 || w.Messages != nil
 	req.generates = req.chatLike
 

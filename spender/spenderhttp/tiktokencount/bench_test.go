@@ -1,0 +1,62 @@
+package tiktokencount_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/rationhq/ration/echo"
+	"github.com/rationhq/ration/gateway"
+	"github.com/rationhq/ration/spender/spenderhttp"
+	"github.com/rationhq/ration/spender/spenderhttp/tiktokencount"
+)
+
+// benchBody is the gateway benchmark's chat request (gateway/transport_test.go,
+// 140 bytes with model "echo") for a model the in-process counter knows:
+// 142 bytes.
+const benchBody = `{"model":"gpt-4o","messages":[{"role":"user","content":"measure the gateway against a bare reverse proxy on one engine, please"}],"max_tokens":8}`
+
+// BenchmarkEstimate measures, in one run, the limit stage's estimate
+// (spenderhttp.EstimateCost: parse, count, add max_tokens) of one chat
+// request with
+//
+//	bytes4          no counter: ceil(bytes/4), the floor
+//	tiktoken        this package, gpt-4o (o200k_base), encoding loaded
+//	tiktoken-cl100k the same request for gpt-4 (cl100k_base)
+//	engine          spenderhttp.TokenizeCounter to the echo engine's
+//	                /v1/tokenize on loopback, one pooled connection
+//
+//	go test -run '^$' -bench BenchmarkEstimate -benchmem -count 5 ./spender/spenderhttp/tiktokencount
+func BenchmarkEstimate(b *testing.B) {
+	srv := httptest.NewServer(echo.New())
+	b.Cleanup(srv.Close)
+	tr := gateway.NewUpstreamTransport(gateway.DefaultUpstreamConns)
+	b.Cleanup(tr.CloseIdleConnections)
+	engine := spenderhttp.TokenizeCounter{BaseURL: srv.URL, Client: &http.Client{Transport: tr}}
+	gpt4 := []byte(`{"model":"gpt-4","messages":[{"role":"user","content":"measure the gateway against a bare reverse proxy on one engine, please"}],"max_tokens":8}`)
+
+	ctx := context.Background()
+	counter := tiktokencount.New(nil)
+	for _, bc := range []struct {
+		name    string
+		counter spenderhttp.Counter
+		body    []byte
+		want    int64 // tokens, to fail rather than measure a fallback
+	}{
+		{"bytes4", nil, []byte(benchBody), 18 + 8},
+		{"tiktoken", counter, []byte(benchBody), 3 + 3 + 1 + 13 + 8},
+		{"tiktoken-cl100k", counter, gpt4, 3 + 3 + 1 + 13 + 8},
+		{"engine", engine, []byte(benchBody), 12 + 8},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			if got := spenderhttp.EstimateCost(ctx, bc.counter, bc.body); got.Tokens != bc.want {
+				b.Fatalf("estimate %+v, want %d tokens", got, bc.want)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				spenderhttp.EstimateCost(ctx, bc.counter, bc.body)
+			}
+		})
+	}
+}
