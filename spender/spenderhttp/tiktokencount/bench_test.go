@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/rationhq/ration/echo"
@@ -58,5 +59,31 @@ func BenchmarkEstimate(b *testing.B) {
 				spenderhttp.EstimateCost(ctx, bc.counter, bc.body)
 			}
 		})
+	}
+}
+
+// BenchmarkCountText measures CountTokens on 64 KiB of English prose and
+// on 64 KiB of letter runs at MaxRunBytes (the slowest text the bounds
+// let through), per encoding, in MB/s.
+//
+//	go test -run '^$' -bench BenchmarkCountText -count 3 ./spender/spenderhttp/tiktokencount
+func BenchmarkCountText(b *testing.B) {
+	const size = 64 << 10
+	prose := strings.Repeat("The quick brown fox jumps over the lazy dog; rate limits keep a shared engine fair. ", size/84)
+	runs := strings.Repeat(strings.Repeat("a", tiktokencount.MaxRunBytes)+" ", size/(tiktokencount.MaxRunBytes+1))
+	ctx := context.Background()
+	c := tiktokencount.New(nil)
+	for _, text := range []struct{ name, s string }{{"prose", prose}, {"runs", runs}} {
+		for _, model := range []string{"gpt-4", "gpt-4o"} {
+			b.Run(text.name+"/"+tiktokencount.EncodingForModel(model), func(b *testing.B) {
+				if _, err := c.CountTokens(ctx, model, text.s); err != nil {
+					b.Fatal(err)
+				}
+				b.SetBytes(int64(len(text.s)))
+				for b.Loop() {
+					_, _ = c.CountTokens(ctx, model, text.s)
+				}
+			})
+		}
 	}
 }

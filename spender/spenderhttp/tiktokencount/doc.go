@@ -32,14 +32,17 @@
 // token counts"), each in a fresh process:
 //
 //	encoding      first count (the load)   heap kept   RSS added
-//	cl100k_base   0.24-0.28 s              12 MiB      18 MiB
-//	o200k_base    0.41-1.06 s              24 MiB      33-35 MiB
+//	cl100k_base   0.21-0.28 s              12 MiB      15-18 MiB
+//	o200k_base    0.41-0.50 s              24 MiB      31-37 MiB
 //
-// A second Counter made by New loads again (tiktoken-go keeps the parsed
-// ranks, but the Counter builds its own decoder and pattern: 6 and 13 MiB
-// more); Counters made by WithNext share their parent's encodings, so
-// make one with New per process. After the load a count costs about
-// 15-30 µs for a short chat request and ~0.35 µs per byte of text.
+// (o200k_base took 1.06 s once, loaded right after cl100k_base on a
+// busy machine.) A second Counter made by New loads again: tiktoken-go
+// keeps the parsed ranks, but the Counter builds its own decoder and
+// pattern, 5-6 MiB and 0.1 s (cl100k_base) or 12-13 MiB and 0.25 s
+// (o200k_base) more. Counters made by WithNext share their parent's
+// encodings, so make one with New per process. After the load, the
+// estimate of a short chat request takes 20-35 µs (BenchmarkEstimate),
+// and text counts at 2.3-2.7 MB/s (BenchmarkCountText).
 //
 // # State outside our values
 //
@@ -56,7 +59,7 @@
 // Text over MaxBytes per call, or with a run of one kind of character
 // over MaxRunBytes (BPE is quadratic in such a run), is not encoded here
 // but handed to the next counter, so that no request makes the gateway
-// spend more than about 0.1-0.3 s of CPU counting. tiktoken-go's regexp2
+// spend more than about 0.15 s of CPU counting. tiktoken-go's regexp2
 // engine keeps, per concurrent matcher, the runes of the last text it
 // scanned (4 bytes per character): at most 1 MiB per matcher under
 // MaxBytes.
