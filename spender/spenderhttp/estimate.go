@@ -33,7 +33,7 @@ const DefaultCompletionTokens = 256
 // DefaultCompletionTokens; an empty body costs 1 request and 0 tokens.
 // Token counts saturate at 2^40 instead of overflowing.
 func EstimateCost(ctx context.Context, counter Counter, body []byte) ration.Amount {
-	req, _ := parseRequest(body)
+	req, _ := parseRequest(body, isMessageCounter(counter))
 	return estimate(ctx, counter, body, req, DefaultCompletionTokens).cost()
 }
 
@@ -77,6 +77,13 @@ func estimate(ctx context.Context, counter Counter, body []byte, req request, de
 		e.completion = satMul(defaultCompletion, req.choices)
 	}
 	return e
+}
+
+// isMessageCounter reports whether counter counts chat messages itself,
+// so that parseRequest keeps them.
+func isMessageCounter(counter Counter) bool {
+	_, ok := counter.(MessageCounter)
+	return ok
 }
 
 // countText is counter's count of text, or ceil(bytes/4) when counter is

@@ -37,10 +37,12 @@ func (e *negativeMaxError) Error() string {
 // wireRequest is the part of an OpenAI-compatible request body the stage
 // reads. Numbers stay raw so that a float, a string or null in one field
 // does not make the whole body unreadable.
-type wireRequest struct {
+// M is the message type: wireMessage (contents only) or, for a
+// MessageCounter, wireChatMessage.
+type wireRequest[M wireMsg] struct {
 	Model               string          `json:"model"`
 	Prompt              json.RawMessage `json:"prompt"`
-	Messages            []wireMessage   `json:"messages"`
+	Messages            []M             `json:"messages"`
 	Input               json.RawMessage `json:"input"`
 	MaxTokens           json.RawMessage `json:"max_tokens"`
 	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
@@ -50,12 +52,28 @@ type wireRequest struct {
 	StreamOptions       json.RawMessage `json:"stream_options"`
 }
 
-// wireMessage is one chat message: what a MessageCounter counts.
+// wireMsg is a chat message as parseRequest decodes it.
+type wireMsg interface {
+	wireMessage | wireChatMessage
+	parts() (role, name string, content json.RawMessage)
+}
+
+// wireMessage is one chat message when only its content is read: decoding
+// the role and name would cost allocations no plain Counter needs.
 type wireMessage struct {
+	Content json.RawMessage `json:"content"`
+}
+
+func (m wireMessage) parts() (string, string, json.RawMessage) { return "", "", m.Content }
+
+// wireChatMessage is one chat message as a MessageCounter counts it.
+type wireChatMessage struct {
 	Role    string          `json:"role"`
 	Name    string          `json:"name"`
 	Content json.RawMessage `json:"content"`
 }
+
+func (m wireChatMessage) parts() (string, string, json.RawMessage) { return m.Role, m.Name, m.Content }
 
 // request is what the stage knows about one request body.
 type request struct {
@@ -64,9 +82,9 @@ type request struct {
 	text  string // PromptText: the text to tokenize
 	ids   int64  // token ids given directly (integer prompt/input arrays)
 
-	// messages are the chat messages, for a MessageCounter; rest is the
-	// text outside them (prompt and input), set only when there are
-	// messages.
+	// messages are the chat messages, for a MessageCounter (parsed with
+	// withMessages only); rest is the text outside them (prompt and
+	// input), set only when there are messages.
 	messages []ChatMessage
 	rest     string
 
@@ -85,14 +103,23 @@ type request struct {
 // parseRequest reads body. A body that is not a JSON object comes back
 // with valid false and no error: the stage estimates it from its bytes and
 // lets the upstream answer it. The only error is a negative max-tokens
-// field, a *negativeMaxError.
-func parseRequest(body []byte) (request, error) {
-	var req request
+// field, a *negativeMaxError. With withMessages, the chat messages are
+// kept for a MessageCounter (req.messages, req.rest).
+func parseRequest(body []byte, withMessages bool) (request, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return req, nil
+		return request{}, nil
 	}
-	var w wireRequest
+	if withMessages {
+		return parseObject[wireChatMessage](trimmed, true)
+	}
+	return parseObject[wireMessage](trimmed, false)
+}
+
+// parseObject is parseRequest on a body that starts with '{'.
+func parseObject[M wireMsg](trimmed []byte, withMessages bool) (request, error) {
+	var req request
+	var w wireRequest[M]
 	if err := json.Unmarshal(trimmed, &w); err != nil {
 		// A field of an unexpected type (messages as an object, say) is
 		// skipped and the rest decoded; anything else is not JSON.
@@ -106,13 +133,16 @@ func parseRequest(body []byte) (request, error) {
 	var texts []string
 	collect(w.Prompt, &texts, &req.ids, 0)
 	nPrompt := len(texts)
-	if len(w.Messages) > 0 {
+	if withMessages && len(w.Messages) > 0 {
 		req.messages = make([]ChatMessage, len(w.Messages))
 	}
 	for i, m := range w.Messages {
+		role, name, content := m.parts()
 		start := len(texts)
-		collect(m.Content, &texts, &req.ids, 1)
-		req.messages[i] = ChatMessage{Role: m.Role, Name: m.Name, Content: strings.Join(texts[start:], "\n")}
+		collect(content, &texts, &req.ids, 1)
+		if req.messages != nil {
+			req.messages[i] = ChatMessage{Role: role, Name: name, Content: strings.Join(texts[start:], "\n")}
+		}
 	}
 	nMessages := len(texts)
 	collect(w.Input, &texts, &req.ids, 0)
@@ -302,6 +332,6 @@ func ceilQuarter(n int64) int64 { return (n + 3) / 4 }
 // slight underestimate for chat; settlement with the actual usage corrects
 // it.
 func PromptText(body []byte) string {
-	req, _ := parseRequest(body)
+	req, _ := parseRequest(body, false)
 	return req.text
 }
