@@ -28,7 +28,7 @@ import (
 //	gateway-default-transport  the same on http.DefaultTransport (2 idle
 //	            connections per host), as before issue 14 part 7
 //	gateway-engine-gpt-4o    the gateway, the same request for model
-//	            gpt-4o (142 bytes), counted by the engine's /v1/tokenize:
+//	            gpt-4o (145 bytes), counted by the engine's /v1/tokenize:
 //	            gateway-demo -tokenizer engine
 //	gateway-tiktoken-gpt-4o  the same, counted in-process by
 //	            tiktokencount (o200k_base), no tokenize call:

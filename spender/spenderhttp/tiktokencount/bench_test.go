@@ -13,9 +13,9 @@ import (
 	"github.com/rationhq/ration/spender/spenderhttp/tiktokencount"
 )
 
-// benchBody is the gateway benchmark's chat request (gateway/transport_test.go,
-// 140 bytes with model "echo") for a model the in-process counter knows:
-// 142 bytes.
+// benchBody is the gateway benchmark's chat request (chatBody in
+// gateway/transport_test.go, 143 bytes with model "echo") for a model the
+// in-process counter knows: 145 bytes.
 const benchBody = `{"model":"gpt-4o","messages":[{"role":"user","content":"measure the gateway against a bare reverse proxy on one engine, please"}],"max_tokens":8}`
 
 // BenchmarkEstimate measures, in one run, the limit stage's estimate
