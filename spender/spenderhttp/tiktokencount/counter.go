@@ -115,6 +115,7 @@ func installLoader() {
 
 // encoding is one loaded encoding.
 type encoding struct {
+	name  string
 	tk    *tiktoken.Tiktoken
 	roles map[string]int64 // tokens of the common roles; never written after load
 }
@@ -136,6 +137,16 @@ func (e *encoding) countRole(role string) int64 {
 	return e.count(role)
 }
 
+// guard turns a panic in tiktoken-go into an error, so that a client's
+// text can never take the limit stage down: the count then goes to the
+// next counter (or bytes/4). No input is known to panic
+// (FuzzCountTokens); this is the library's code, not ours.
+func (e *encoding) guard(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("tiktokencount: %s panicked: %v", e.name, r)
+	}
+}
+
 // encodings loads each encoding once, on first use.
 type encodings struct {
 	cl100k, o200k func() (*encoding, error)
@@ -152,7 +163,7 @@ func lazyEncoding(name string) func() (*encoding, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tiktokencount: loading %s: %w", name, err)
 		}
-		e := &encoding{tk: tk, roles: make(map[string]int64)}
+		e := &encoding{name: name, tk: tk, roles: make(map[string]int64)}
 		for _, r := range []string{"system", "developer", "user", "assistant", "tool", "function"} {
 			e.roles[r] = e.count(r)
 		}
@@ -217,7 +228,16 @@ func (c *Counter) CountTokens(ctx context.Context, model, text string) (int64, e
 	if err != nil {
 		return c.pass(ctx, model, text, err)
 	}
-	return enc.count(text), nil
+	n, err := enc.countText(text)
+	if err != nil {
+		return c.pass(ctx, model, text, err)
+	}
+	return n, nil
+}
+
+func (e *encoding) countText(text string) (_ int64, err error) {
+	defer e.guard(&err)
+	return e.count(text), nil
 }
 
 // pass hands text to the next counter, or returns err without one.
@@ -253,14 +273,26 @@ func (c *Counter) CountMessages(ctx context.Context, model string, msgs []spende
 	if err != nil {
 		return c.passMessages(ctx, model, msgs, err)
 	}
+	n, err := enc.countMessages(ctx, msgs)
+	switch {
+	case err == nil:
+		return n, nil
+	case ctx.Err() != nil:
+		return 0, err
+	}
+	return c.passMessages(ctx, model, msgs, err)
+}
+
+func (e *encoding) countMessages(ctx context.Context, msgs []spenderhttp.ChatMessage) (_ int64, err error) {
+	defer e.guard(&err)
 	n := int64(ReplyPriming)
 	for _, m := range msgs {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
-		n += TokensPerMessage + enc.countRole(m.Role) + enc.count(m.Content)
+		n += TokensPerMessage + e.countRole(m.Role) + e.count(m.Content)
 		if m.Name != "" {
-			n += enc.count(m.Name) + TokensPerName
+			n += e.count(m.Name) + TokensPerName
 		}
 	}
 	return n, nil

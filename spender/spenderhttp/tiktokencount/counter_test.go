@@ -290,3 +290,30 @@ func TestConcurrentFirstUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// FuzzCountTokens: whatever the text, a count within the bounds is an
+// answer (no error, no panic), at least 1 for non-empty text and at most
+// one token per byte of its UTF-8 form (invalid bytes count as U+FFFD, 3
+// bytes). The seed corpus runs in every go test.
+func FuzzCountTokens(f *testing.F) {
+	for _, s := range []string{
+		"", "a", "hello from ration, a rate limiter", "<|endoftext|><|fim_prefix|>", "<|endofprompt|>",
+		"お誕生日おめでとう", "🦀🦀🦀 emoji", "\u0301\u0301\u0301", "a\u0301b\u0302", "\r\n\r\n  \t\v\f",
+		"'s 'T 'RE 'Ve 'm 'LL 'd", "1234567890123", "x/y/z\n/\n", "\xff\xfe\x00bad utf-8", "\x00\x01\x02",
+		strings.Repeat("ab ", 200), strings.Repeat(" ", tiktokencount.MaxRunBytes), strings.Repeat("語", 170),
+	} {
+		f.Add(s)
+	}
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, text string) {
+		for _, model := range []string{"gpt-4", "gpt-4o"} {
+			n, err := shared.CountTokens(ctx, model, text)
+			if errors.Is(err, tiktokencount.ErrTooLarge) {
+				continue
+			}
+			if err != nil || (text != "" && n < 1) || n > 3*int64(len(text)) {
+				t.Fatalf("CountTokens(%s, %q) = %d, %v", model, text, n, err)
+			}
+		}
+	})
+}

@@ -60,7 +60,9 @@
 // Text over MaxBytes per call, or with a run of one kind of character
 // over MaxRunBytes (BPE is quadratic in such a run), is not encoded here
 // but handed to the next counter, so that no request makes the gateway
-// spend more than about 0.15 s of CPU counting. tiktoken-go's regexp2
+// spend more than about 0.2 s of CPU counting. A panic inside tiktoken-go
+// (none is known: FuzzCountTokens) becomes an error, and the count goes
+// to the next counter too. tiktoken-go's regexp2
 // engine keeps, per concurrent matcher, the runes of the last text it
 // scanned (4 bytes per character): at most 1 MiB per matcher under
 // MaxBytes.
