@@ -45,9 +45,9 @@ const (
 const (
 	// MaxBytes is the most text one count encodes in-process: the sum of
 	// the texts of one CountTokens or CountMessages call. tiktoken-go
-	// encodes 2.3-2.7 MB/s of prose on one core, 1.7-2.0 MB/s of runs at
-	// MaxRunBytes (BenchmarkCountText), so 256 KiB (about 60k tokens of
-	// English) takes 0.1-0.15 s.
+	// encodes 2.1-2.7 MB/s of prose on one core, 1.5-2.0 MB/s of runs at
+	// MaxRunBytes (BenchmarkCountText, docs/performance.md), so 256 KiB
+	// (about 60k tokens of English) takes 0.1-0.2 s.
 	MaxBytes = 256 << 10
 	// MaxRunBytes is the longest run of letters, of whitespace or of other
 	// non-digit characters a text may hold. BPE merging is quadratic in
