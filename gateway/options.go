@@ -66,8 +66,9 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithCounter sets the tokenizer the limit stage counts prompts with,
-// e.g. spenderhttp.TokenizeCounter{BaseURL: upstream}. The default, nil,
-// counts ceil(bytes/4).
+// e.g. spenderhttp.TokenizeCounter{BaseURL: upstream}, or
+// tiktokencount.New(that) to count OpenAI models' prompts in-process. The
+// default, nil, counts ceil(bytes/4).
 func WithCounter(c spenderhttp.Counter) Option {
 	return optionFunc(func(cfg *config) { cfg.counter = c })
 }

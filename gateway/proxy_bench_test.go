@@ -5,12 +5,16 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"runtime"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/gateway"
 	"github.com/rationhq/ration/internal/testkit"
 	"github.com/rationhq/ration/spender/spenderhttp"
+	"github.com/rationhq/ration/spender/spenderhttp/tiktokencount"
 )
 
 // BenchmarkUpstream measures, in one run and on one echo engine over
@@ -23,8 +27,14 @@ import (
 //	            its connections to the engine pooled
 //	gateway-default-transport  the same on http.DefaultTransport (2 idle
 //	            connections per host), as before issue 14 part 7
+//	gateway-engine-gpt-4o    the gateway, the same request for model
+//	            gpt-4o (145 bytes), counted by the engine's /v1/tokenize:
+//	            gateway-demo -tokenizer engine
+//	gateway-tiktoken-gpt-4o  the same, counted in-process by
+//	            tiktokencount (o200k_base), no tokenize call:
+//	            gateway-demo -tokenizer tiktoken
 //
-// and reports requests/s of each. Issue 14 asks the gateway for at least
+// and reports requests/s and the process's CPU time per request of each. Issue 14 asks the gateway for at least
 // 0.6x the bare proxy's requests/s. Interleave with -count:
 //
 //	go test -run '^$' -bench BenchmarkUpstream -benchtime 3s -count 3 ./gateway
@@ -50,24 +60,44 @@ func BenchmarkUpstream(b *testing.B) {
 	}
 	oldSrv := httptest.NewServer(old)
 	b.Cleanup(oldSrv.Close)
+	gwTiktoken := pooledGatewayCounting(b, engine, gateway.DefaultUpstreamConns, func(*http.Client) spenderhttp.Counter {
+		return tiktokencount.New(nil)
+	})
+	gpt4o := strings.Replace(chatBody, `"model":"echo"`, `"model":"gpt-4o"`, 1)
 
-	for _, target := range []struct{ name, url string }{
-		{"engine", engine}, {"bare-proxy", bare.URL}, {"gateway", gw}, {"gateway-default-transport", oldSrv.URL},
+	for _, target := range []struct{ name, url, body string }{
+		{"engine", engine, chatBody}, {"bare-proxy", bare.URL, chatBody}, {"gateway", gw, chatBody},
+		{"gateway-default-transport", oldSrv.URL, chatBody},
+		{"gateway-engine-gpt-4o", gw, gpt4o}, {"gateway-tiktoken-gpt-4o", gwTiktoken, gpt4o},
 	} {
 		b.Run(target.name, func(b *testing.B) {
 			client := &http.Client{Transport: gateway.NewUpstreamTransport(clients)}
 			defer client.CloseIdleConnections()
 			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 			b.ResetTimer()
+			cpu0 := cpuTime()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					if status := chatOnce(client, target.url); status != http.StatusOK {
+					if status := postChat(client, target.url, target.body); status != http.StatusOK {
 						b.Errorf("%s: status %d", target.name, status)
 						return
 					}
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
+			// CPU time of this process (clients, gateway and engine) per
+			// request: unlike req/s, it does not move when other
+			// processes share the cores.
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
 		})
 	}
+}
+
+// cpuTime is this process's CPU time, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

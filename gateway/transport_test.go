@@ -40,6 +40,14 @@ func countedEngine(t testing.TB) (url string, accepted *atomic.Int64) {
 // pooledGateway is a gateway (standalone limiter, system clock) in front
 // of engineURL, its proxy and tokenize call on one pooled transport.
 func pooledGateway(t testing.TB, engineURL string, conns int) string {
+	return pooledGatewayCounting(t, engineURL, conns, func(c *http.Client) spenderhttp.Counter {
+		return spenderhttp.TokenizeCounter{BaseURL: engineURL, Client: c}
+	})
+}
+
+// pooledGatewayCounting is pooledGateway with the prompt counter
+// counter(the client on the pooled transport) returns.
+func pooledGatewayCounting(t testing.TB, engineURL string, conns int, counter func(*http.Client) spenderhttp.Counter) string {
 	t.Helper()
 	up, err := gateway.ParseUpstream(engineURL)
 	if err != nil {
@@ -48,7 +56,7 @@ func pooledGateway(t testing.TB, engineURL string, conns int) string {
 	tr := gateway.NewUpstreamTransport(conns)
 	t.Cleanup(tr.CloseIdleConnections)
 	g, err := gateway.New(testKeys(t), testkit.Limiter(t, ration.SystemClock{}), up, gateway.WithTransport(tr),
-		gateway.WithCounter(spenderhttp.TokenizeCounter{BaseURL: engineURL, Client: &http.Client{Transport: tr}}))
+		gateway.WithCounter(counter(&http.Client{Transport: tr})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,8 +86,12 @@ func hammer(t testing.TB, url string, workers, n int) {
 	wg.Wait()
 }
 
-func chatOnce(client *http.Client, url string) int {
-	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(chatBody))
+func chatOnce(client *http.Client, url string) int { return postChat(client, url, chatBody) }
+
+// postChat posts body to url's chat completions with key sk-free and
+// returns the status, -1 on a transport error.
+func postChat(client *http.Client, url, body string) int {
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer sk-free")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)

@@ -25,7 +25,8 @@ func (f *fleet) banner(w io.Writer) {
 		engine = "upstream"
 	}
 	fmt.Fprintf(&b, "  engine      %s   %s\n", f.engineURL, engine)
-	fmt.Fprintf(&b, "  allocator   %s\n\n", f.source.desc)
+	fmt.Fprintf(&b, "  allocator   %s\n", f.source.desc)
+	fmt.Fprintf(&b, "  prompts     counted by %s (-tokenizer %s)\n\n", f.tokenizerDesc(), f.cfg.tokenizer)
 
 	key, small := "$RATION_KEY", gateway.Key{}
 	if f.demoKeys {

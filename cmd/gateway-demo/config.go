@@ -39,7 +39,8 @@ type config struct {
 	keysReload   time.Duration // how often to poll keysFile for a change; 0 = never (SIGHUP still reloads)
 	dataDir      string        // the embedded allocator's directory
 	upstream     string        // "" = the echo engine
-	tokenize     string        // engine root whose /v1/tokenize counts prompts; "" = see counterURL
+	tokenizer    string        // how prompts are counted: auto, tiktoken, engine or bytes (see tokenizers)
+	tokenize     string        // engine root whose /v1/tokenize counts prompts; "" = the echo engine's, if any
 	allocatorURL string        // "" = embedded allocator
 	tokenFile    string        // bearer token for the remote allocator
 	leaseTTL     time.Duration // the embedded allocator's lease TTL
@@ -86,6 +87,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.keysReload, "keys-reload-interval", time.Second, "how often to check the -keys file's content and reload it when it changed (0: only on SIGHUP)")
 	fs.StringVar(&c.dataDir, "data", defaultDataDir(), "data directory of the embedded allocator (its bbolt store, allocator.db)")
 	fs.StringVar(&c.upstream, "upstream", "", "OpenAI-compatible engine to proxy to, e.g. http://127.0.0.1:8000 (vLLM), :8081 (llama.cpp), :11434 (Ollama); default: the built-in echo engine")
+	fs.StringVar(&c.tokenizer, "tokenizer", "auto", "how prompts are counted: auto (in-process tiktoken for OpenAI models, else the engine's /v1/tokenize, else bytes/4), tiktoken (in-process, else bytes/4), engine (/v1/tokenize, else bytes/4) or bytes (bytes/4)")
 	fs.StringVar(&c.tokenize, "tokenize", "", "engine root whose POST /v1/tokenize {model,text} counts prompt tokens (default: the echo engine; with -upstream, none: bytes/4)")
 	fs.StringVar(&c.allocatorURL, "allocator", "", "URL of a remote allocator (cmd/allocator), e.g. http://127.0.0.1:7450; default: an embedded one")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for -allocator (the first token in it)")
@@ -129,6 +131,9 @@ func (c config) validate() error {
 	case c.maxBody < 1 || c.maxInFlight < c.maxBody:
 		return fmt.Errorf("-max-body-bytes %d, -max-body-in-flight %d: want 1 <= max-body-bytes <= max-body-in-flight", c.maxBody, c.maxInFlight)
 	}
+	if err := c.validateTokenizer(); err != nil {
+		return err
+	}
 	if err := c.limits.Validate(); err != nil {
 		return err
 	}
@@ -142,6 +147,31 @@ func (c config) validate() error {
 	}
 	_, _, err := c.addrs()
 	return err
+}
+
+// The -tokenizer values.
+const (
+	tokenizerAuto     = "auto"     // tiktoken for the models it knows, then the engine, then bytes/4
+	tokenizerTiktoken = "tiktoken" // tiktoken, then bytes/4: no tokenize calls
+	tokenizerEngine   = "engine"   // the engine's /v1/tokenize, then bytes/4
+	tokenizerBytes    = "bytes"    // bytes/4
+)
+
+func (c config) validateTokenizer() error {
+	switch c.tokenizer {
+	case tokenizerAuto:
+	case tokenizerEngine:
+		if c.upstream != "" && c.tokenize == "" {
+			return errors.New("-tokenizer engine with -upstream needs -tokenize URL: the engine root whose POST /v1/tokenize {model,text} counts prompts")
+		}
+	case tokenizerTiktoken, tokenizerBytes:
+		if c.tokenize != "" {
+			return fmt.Errorf("-tokenize is for -tokenizer auto or engine; -tokenizer %s calls no engine", c.tokenizer)
+		}
+	default:
+		return fmt.Errorf("-tokenizer %q: want auto, tiktoken, engine or bytes", c.tokenizer)
+	}
+	return nil
 }
 
 // addrs returns the listen addresses of the instances and of the echo

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"github.com/rationhq/ration/internal/serverlimits"
 	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
+	"github.com/rationhq/ration/spender/spenderhttp/tiktokencount"
 )
 
 // deps are what the process provides and tests replace.
@@ -52,6 +54,9 @@ type fleet struct {
 	engineURL string       // the echo engine's or -upstream's root
 	instances []*instance
 	spenderID string // the instances' spender id prefix (-spender-id or a unique default)
+	// tiktoken counts prompts in-process, with -tokenizer auto or
+	// tiktoken; one for the fleet, so each encoding loads once.
+	tiktoken *tiktokencount.Counter
 }
 
 // run starts the fleet, prints the banner and serves until ctx is done,
@@ -123,6 +128,9 @@ func start(ctx context.Context, cfg config, d deps) (_ *fleet, err error) {
 	}
 	f.engineURL = up.String()
 
+	if cfg.tokenizer != tokenizerEngine && cfg.tokenizer != tokenizerBytes {
+		f.tiktoken = tiktokencount.New(nil)
+	}
 	if f.spenderID = cfg.spenderID; f.spenderID == "" {
 		f.spenderID = defaultSpenderPrefix()
 	}
@@ -188,9 +196,47 @@ func (f *fleet) watchKeys(hup <-chan os.Signal) {
 	}()
 }
 
-// counter is the prompt tokenizer: -tokenize, else the echo engine, else
-// none (bytes/4). It calls the engine with client.
+// counter is the prompt tokenizer -tokenizer asks for; nil counts
+// bytes/4. It calls the engine with client.
 func (f *fleet) counter(client *http.Client) spenderhttp.Counter {
+	switch f.cfg.tokenizer {
+	case tokenizerBytes:
+		return nil
+	case tokenizerTiktoken:
+		return f.tiktoken
+	case tokenizerEngine:
+		return f.engineCounter(client)
+	}
+	// auto: in-process for the OpenAI models tiktokencount knows, else the
+	// engine's tokenizer if there is one, else bytes/4.
+	if engine := f.engineCounter(client); engine != nil {
+		return f.tiktoken.WithNext(engine)
+	}
+	return f.tiktoken
+}
+
+// tokenizerDesc says how prompts are counted, for the banner.
+func (f *fleet) tokenizerDesc() string {
+	engine := "bytes/4"
+	if f.cfg.tokenize != "" {
+		engine = strings.TrimSuffix(f.cfg.tokenize, "/") + "/v1/tokenize, else bytes/4"
+	} else if f.engine != nil {
+		engine = f.engineURL + "/v1/tokenize, else bytes/4"
+	}
+	switch f.cfg.tokenizer {
+	case tokenizerBytes:
+		return "bytes/4"
+	case tokenizerTiktoken:
+		return "in-process tiktoken for OpenAI models (gpt-4o, gpt-4, ...), else bytes/4"
+	case tokenizerEngine:
+		return engine
+	}
+	return "in-process tiktoken for OpenAI models (gpt-4o, gpt-4, ...), else " + engine
+}
+
+// engineCounter counts with -tokenize's /v1/tokenize, else the echo
+// engine's; nil with -upstream and no -tokenize.
+func (f *fleet) engineCounter(client *http.Client) spenderhttp.Counter {
 	switch {
 	case f.cfg.tokenize != "":
 		return spenderhttp.TokenizeCounter{BaseURL: f.cfg.tokenize, Client: client}

@@ -38,6 +38,7 @@ func testConfig(t *testing.T, instances int, keysFile string) config {
 		leaseTTL:  10 * time.Second,
 		drain:     2 * time.Second,
 		logLevel:  slog.LevelDebug,
+		tokenizer: tokenizerAuto,
 
 		limits:        defaultLimits,
 		maxBody:       spenderhttp.DefaultMaxBodyBytes,

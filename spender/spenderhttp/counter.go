@@ -22,6 +22,35 @@ type Counter interface {
 	CountTokens(ctx context.Context, model, text string) (int64, error)
 }
 
+// ChatMessage is one chat/completions message as a MessageCounter sees it.
+type ChatMessage struct {
+	// Role is the message's role ("system", "user", ...); "" when absent
+	// or not a string.
+	Role string
+	// Name is the optional participant name; "" when absent.
+	Name string
+	// Content is the message's text: a string content, or the text parts
+	// of an array content joined by newlines, as PromptText joins them.
+	// Images, audio and tool calls are left out.
+	Content string
+}
+
+// MessageCounter is a Counter that can also count a chat request's
+// messages as the model's chat format encodes them: each message's role,
+// name and content plus the tokens the format adds around them, which a
+// count of the joined text (PromptText) leaves out.
+//
+// For a body with chat messages, EstimateCost asks CountMessages first.
+// When it fails or returns less than 1, the joined text is counted with
+// CountTokens as for any Counter. So a MessageCounter may refuse what it
+// does not know (a model, a size) and still be asked for the text.
+// Prompt or input text in the same body is counted with CountTokens and
+// added.
+type MessageCounter interface {
+	Counter
+	CountMessages(ctx context.Context, model string, msgs []ChatMessage) (int64, error)
+}
+
 // CounterFunc adapts a function to Counter.
 type CounterFunc func(ctx context.Context, model, text string) (int64, error)
 

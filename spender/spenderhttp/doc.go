@@ -32,9 +32,10 @@
 // # Caveats
 //
 //   - The estimate counts the prompt text only: the chat template's few
-//     tokens per message, tool definitions and images are left out, and a
-//     request without a max reserves DefaultCompletionTokens (256) per
-//     choice. Settlement with the actual usage corrects both; an overrun
+//     tokens per message (unless the Counter is a MessageCounter, such as
+//     package tiktokencount's), tool definitions and images are left out,
+//     and a request without a max reserves DefaultCompletionTokens (256)
+//     per choice. Settlement with the actual usage corrects both; an overrun
 //     becomes debt unless WithBoundedOverrun caps the output.
 //   - When no usage comes back (client disconnected, upstream silent) the
 //     key is charged the prompt estimate plus the generated text seen, at

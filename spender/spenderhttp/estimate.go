@@ -18,7 +18,9 @@ const DefaultCompletionTokens = 256
 // given directly (integer prompt or input arrays, counted without the
 // tokenizer). When counter is nil, fails, or returns less than 1 for
 // non-empty text, the text counts ceil(bytes/4) instead, so a non-empty
-// prompt never costs 0 tokens.
+// prompt never costs 0 tokens. When counter is a MessageCounter and the
+// body has chat messages, its CountMessages count of them (with the chat
+// format's overhead) replaces the count of their text, unless it fails.
 //
 // Completion tokens are max_completion_tokens, else max_tokens, else the
 // Responses API's max_output_tokens, else DefaultCompletionTokens, times n
@@ -31,7 +33,7 @@ const DefaultCompletionTokens = 256
 // DefaultCompletionTokens; an empty body costs 1 request and 0 tokens.
 // Token counts saturate at 2^40 instead of overflowing.
 func EstimateCost(ctx context.Context, counter Counter, body []byte) ration.Amount {
-	req, _ := parseRequest(body)
+	req, _ := parseRequest(body, isMessageCounter(counter))
 	return estimate(ctx, counter, body, req, DefaultCompletionTokens).cost()
 }
 
@@ -57,17 +59,16 @@ func estimate(ctx context.Context, counter Counter, body []byte, req request, de
 	}
 	var e estimateResult
 	e.prompt = req.ids
-	if req.text != "" {
-		n := int64(0)
-		if counter != nil {
-			if c, err := counter.CountTokens(ctx, req.model, req.text); err == nil {
-				n = c
-			}
+	counted := false
+	if mc, ok := counter.(MessageCounter); ok && len(req.messages) > 0 {
+		if n, err := mc.CountMessages(ctx, req.model, req.messages); err == nil && n >= 1 {
+			e.prompt = satAdd(e.prompt, min(n, maxTokenCount))
+			e.prompt = satAdd(e.prompt, countText(ctx, counter, req.model, req.rest))
+			counted = true
 		}
-		if n < 1 {
-			n = ceilQuarter(int64(len(req.text)))
-		}
-		e.prompt = satAdd(e.prompt, min(n, maxTokenCount))
+	}
+	if !counted {
+		e.prompt = satAdd(e.prompt, countText(ctx, counter, req.model, req.text))
 	}
 	switch {
 	case req.maxField != "":
@@ -76,4 +77,30 @@ func estimate(ctx context.Context, counter Counter, body []byte, req request, de
 		e.completion = satMul(defaultCompletion, req.choices)
 	}
 	return e
+}
+
+// isMessageCounter reports whether counter counts chat messages itself,
+// so that parseRequest keeps them.
+func isMessageCounter(counter Counter) bool {
+	_, ok := counter.(MessageCounter)
+	return ok
+}
+
+// countText is counter's count of text, or ceil(bytes/4) when counter is
+// nil, fails or counts less than 1 for non-empty text; at most
+// maxTokenCount.
+func countText(ctx context.Context, counter Counter, model, text string) int64 {
+	if text == "" {
+		return 0
+	}
+	n := int64(0)
+	if counter != nil {
+		if c, err := counter.CountTokens(ctx, model, text); err == nil {
+			n = c
+		}
+	}
+	if n < 1 {
+		n = ceilQuarter(int64(len(text)))
+	}
+	return min(n, maxTokenCount)
 }

@@ -78,17 +78,18 @@ func Middleware(l Reserver, counter Counter, opts ...Option) func(http.Handler) 
 	// One budget for every handler this Middleware wraps.
 	budget := &bodyBudget{max: cfg.maxInFlight}
 	return func(next http.Handler) http.Handler {
-		return &stage{cfg: cfg, l: l, counter: counter, next: next, budget: budget}
+		return &stage{cfg: cfg, l: l, counter: counter, messages: isMessageCounter(counter), next: next, budget: budget}
 	}
 }
 
 // stage is the handler Middleware returns; it holds no per-request state.
 type stage struct {
-	cfg     config
-	budget  *bodyBudget // nil: no cap on body bytes in flight
-	l       Reserver
-	counter Counter
-	next    http.Handler
+	cfg      config
+	budget   *bodyBudget // nil: no cap on body bytes in flight
+	l        Reserver
+	counter  Counter
+	messages bool // counter is a MessageCounter: parse the chat messages for it
+	next     http.Handler
 }
 
 func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -125,7 +126,7 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	req, err := parseRequest(body)
+	req, err := parseRequest(body, s.messages)
 	var neg *negativeMaxError
 	if errors.As(err, &neg) {
 		writeError(w, http.StatusBadRequest, typeInvalidRequest, codeInvalidValue, neg.field,

@@ -37,10 +37,12 @@ func (e *negativeMaxError) Error() string {
 // wireRequest is the part of an OpenAI-compatible request body the stage
 // reads. Numbers stay raw so that a float, a string or null in one field
 // does not make the whole body unreadable.
-type wireRequest struct {
+// M is the message type: wireMessage (contents only) or, for a
+// MessageCounter, wireChatMessage.
+type wireRequest[M wireMsg] struct {
 	Model               string          `json:"model"`
 	Prompt              json.RawMessage `json:"prompt"`
-	Messages            []wireMessage   `json:"messages"`
+	Messages            []M             `json:"messages"`
 	Input               json.RawMessage `json:"input"`
 	MaxTokens           json.RawMessage `json:"max_tokens"`
 	MaxCompletionTokens json.RawMessage `json:"max_completion_tokens"`
@@ -50,10 +52,28 @@ type wireRequest struct {
 	StreamOptions       json.RawMessage `json:"stream_options"`
 }
 
-// wireMessage is one chat message; only its content is read.
+// wireMsg is a chat message as parseRequest decodes it.
+type wireMsg interface {
+	wireMessage | wireChatMessage
+	parts() (role, name string, content json.RawMessage)
+}
+
+// wireMessage is one chat message when only its content is read: decoding
+// the role and name would cost allocations no plain Counter needs.
 type wireMessage struct {
 	Content json.RawMessage `json:"content"`
 }
+
+func (m wireMessage) parts() (string, string, json.RawMessage) { return "", "", m.Content }
+
+// wireChatMessage is one chat message as a MessageCounter counts it.
+type wireChatMessage struct {
+	Role    string          `json:"role"`
+	Name    string          `json:"name"`
+	Content json.RawMessage `json:"content"`
+}
+
+func (m wireChatMessage) parts() (string, string, json.RawMessage) { return m.Role, m.Name, m.Content }
 
 // request is what the stage knows about one request body.
 type request struct {
@@ -61,6 +81,12 @@ type request struct {
 	model string // the model field, "" if absent
 	text  string // PromptText: the text to tokenize
 	ids   int64  // token ids given directly (integer prompt/input arrays)
+
+	// messages are the chat messages, for a MessageCounter (parsed with
+	// withMessages only); rest is the text outside them (prompt and
+	// input), set only when there are messages.
+	messages []ChatMessage
+	rest     string
 
 	// maxField names the field maxOut came from ("" when none was set);
 	// maxOut is the per-choice completion cap in tokens.
@@ -77,14 +103,23 @@ type request struct {
 // parseRequest reads body. A body that is not a JSON object comes back
 // with valid false and no error: the stage estimates it from its bytes and
 // lets the upstream answer it. The only error is a negative max-tokens
-// field, a *negativeMaxError.
-func parseRequest(body []byte) (request, error) {
-	var req request
+// field, a *negativeMaxError. With withMessages, the chat messages are
+// kept for a MessageCounter (req.messages, req.rest).
+func parseRequest(body []byte, withMessages bool) (request, error) {
 	trimmed := bytes.TrimSpace(body)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return req, nil
+		return request{}, nil
 	}
-	var w wireRequest
+	if withMessages {
+		return parseObject[wireChatMessage](trimmed, true)
+	}
+	return parseObject[wireMessage](trimmed, false)
+}
+
+// parseObject is parseRequest on a body that starts with '{'.
+func parseObject[M wireMsg](trimmed []byte, withMessages bool) (request, error) {
+	var req request
+	var w wireRequest[M]
 	if err := json.Unmarshal(trimmed, &w); err != nil {
 		// A field of an unexpected type (messages as an object, say) is
 		// skipped and the rest decoded; anything else is not JSON.
@@ -97,11 +132,24 @@ func parseRequest(body []byte) (request, error) {
 	req.model = w.Model
 	var texts []string
 	collect(w.Prompt, &texts, &req.ids, 0)
-	for _, m := range w.Messages {
-		collect(m.Content, &texts, &req.ids, 1)
+	nPrompt := len(texts)
+	if withMessages && len(w.Messages) > 0 {
+		req.messages = make([]ChatMessage, len(w.Messages))
 	}
+	for i, m := range w.Messages {
+		role, name, content := m.parts()
+		start := len(texts)
+		collect(content, &texts, &req.ids, 1)
+		if req.messages != nil {
+			req.messages[i] = ChatMessage{Role: role, Name: name, Content: strings.Join(texts[start:], "\n")}
+		}
+	}
+	nMessages := len(texts)
 	collect(w.Input, &texts, &req.ids, 0)
 	req.text = strings.Join(texts, "\n")
+	if req.messages != nil && (nPrompt > 0 || len(texts) > nMessages) {
+		req.rest = strings.Join(append(texts[:nPrompt:nPrompt], texts[nMessages:]...), "\n")
+	}
 	req.chatLike = len(w.Prompt) > 0 || w.Messages != nil
 	req.generates = req.chatLike
 
@@ -284,6 +332,6 @@ func ceilQuarter(n int64) int64 { return (n + 3) / 4 }
 // slight underestimate for chat; settlement with the actual usage corrects
 // it.
 func PromptText(body []byte) string {
-	req, _ := parseRequest(body)
+	req, _ := parseRequest(body, false)
 	return req.text
 }
