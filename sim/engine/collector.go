@@ -269,9 +269,11 @@ func (s *sim) budgetResult(b budget, bc *budgetCol, T float64) BudgetResult {
 	}
 	if bc.tokOn {
 		a, b := over(&bc.tok, lim.TPM, lim.BurstTokens)
-		br.OverLimit, br.OverLease = max(br.OverLimit, a), max(br.OverLease, b)
-		a, b = over(&bc.tokG, lim.TPM, lim.BurstTokens)
-		br.OverLimitGranted, br.OverLeaseGranted = max(br.OverLimitGranted, a), max(br.OverLeaseGranted, b)
+		ag, bg := over(&bc.tokG, lim.TPM, lim.BurstTokens)
+		if bc.reqOn {
+			a, b, ag, bg = max(br.OverLimit, a), max(br.OverLease, b), max(br.OverLimitGranted, ag), max(br.OverLeaseGranted, bg)
+		}
+		br.OverLimit, br.OverLease, br.OverLimitGranted, br.OverLeaseGranted = a, b, ag, bg
 	}
 	br.FallbackUnits = float64(bc.fbUnits)
 	if s.svc != nil {
