@@ -226,6 +226,35 @@ func (h handle) Reserve(key string, lim ration.Limits, c ration.Amount, maxWait 
 	return r, at, nil, err
 }
 
+// ReserveAll is reserveAllLeased for the simulator: the same rules as
+// ReserveAll on a leased Limiter (checkCharges, then reserveAllLeased),
+// without waiting.
+func (h handle) ReserveAll(charges []leasedrive.Charge, w leasedrive.Wait) (any, leasedrive.Wait, error) {
+	var buf [ration.MaxBudgets]Charge
+	cs := buf[:0]
+	if len(charges) > len(buf) {
+		cs = make([]Charge, 0, len(charges)) // refused by checkCharges
+	}
+	for _, c := range charges {
+		cs = append(cs, Charge(c))
+	}
+	if err := checkCharges(cs); err != nil {
+		return nil, nil, err
+	}
+	var prev *waiter
+	if w != nil {
+		prev = w.(waitHandle).w
+	}
+	rs, next, err := h.d.l.reserveAllLeased(h.now(), cs, prev)
+	if next != nil {
+		return nil, waitHandle{next, h.d.l.timeOf(next.deadline)}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return rs, nil, nil
+}
+
 func (h handle) NextCall() leasedrive.Call {
 	if c := h.d.lz.nextCall(h.now()); c != nil {
 		return c

@@ -35,6 +35,13 @@ type Machine interface {
 	// first, a Wait to ask again with once the next call has been
 	// delivered or at the Wait's deadline. w is nil on the first ask.
 	Reserve(key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool, w Wait) (r any, at time.Time, next Wait, err error)
+	// ReserveAll is the Limiter's ReserveAll without waiting: a request
+	// charged to several budgets, all or nothing. It returns the
+	// reservations (a *spender.Reservations, one per charge in order), or
+	// an error (a *spender.RejectError naming the budget that refused, or
+	// bad charges), or, when the allocator must be asked first, a Wait to
+	// ask again with, as Reserve does. w is nil on the first ask.
+	ReserveAll(charges []Charge, w Wait) (r any, next Wait, err error)
 	// NextCall returns the call to send now, or nil. Only one call is
 	// outstanding at a time: after a failed attempt NextCall returns the
 	// same call again once its backoff has passed.
@@ -50,6 +57,15 @@ type Machine interface {
 	// NextWake is when the machine next needs NextCall or Tick: the end of
 	// a batching window, a resend, or maintenance.
 	NextWake() time.Time
+}
+
+// Charge is one budget a ReserveAll charges, with spender.Charge's
+// fields and meaning: the budget's key, its limits and what the request
+// costs it. (This package cannot name spender's type: spender imports it.)
+type Charge struct {
+	Key    string
+	Limits ration.Limits
+	Cost   ration.Amount
 }
 
 // Wait is a Reserve waiting for the allocator.

@@ -42,7 +42,7 @@ func (*central) failed(*sim, int32)  {}
 // refused cannot happen for the bodies central builds; it ends the call
 // as if nothing was granted.
 func (c *central) refused(s *sim, ep int32) {
-	c.answered(s, ep, reply{resp: &leasev1.AcquireResponse{Keys: []*leasev1.KeyGrant{{}}}})
+	c.answered(s, ep, reply{resp: &leasev1.AcquireResponse{Keys: make([]*leasev1.KeyGrant, s.eps[ep].nb)}})
 }
 
 func (c *central) slot(s *sim, i int32) int32 {
@@ -54,23 +54,32 @@ func (c *central) slot(s *sim, i int32) int32 {
 	return s.newEndpoint(i)
 }
 
-// call starts ep's next call: want (and need) on top of held, after
-// giving back returned and reporting debt.
-func (c *central) call(s *sim, ep int32, want, returned, debt, held ration.Amount) {
+// part is one budget's entry in a central call: want (and need) on top of
+// held, after giving back returned and reporting debt.
+type part struct{ want, returned, debt, held ration.Amount }
+
+// call starts ep's next call, with one entry per budget of the slot's
+// request.
+func (c *central) call(s *sim, ep int32, parts []part) {
 	e := s.eps[ep]
 	e.seq++
 	amt := func(x ration.Amount) *leasev1.Amount {
 		return &leasev1.Amount{Requests: x.Requests, Tokens: x.Tokens}
 	}
-	lim := s.cfg.Limits
-	s.begin(ep, &leasev1.AcquireRequest{
-		Caller: &leasev1.Caller{SpenderId: fmt.Sprintf("central-%d", ep), Epoch: 1, Sequence: e.seq},
-		Keys: []*leasev1.KeyAcquire{{
-			Key: key,
+	keys := make([]*leasev1.KeyAcquire, len(parts))
+	for i, p := range parts {
+		b := &s.budgets[e.bud[i]]
+		lim := b.lim
+		keys[i] = &leasev1.KeyAcquire{
+			Key: b.name,
 			Limits: &leasev1.Limits{Rpm: lim.RPM, Tpm: lim.TPM, BurstRequests: lim.BurstRequests, BurstTokens: lim.BurstTokens,
 				WindowSeconds: uint32(lim.Window / time.Second)},
-			Want: amt(want), Need: amt(want), Returned: amt(returned), Debt: amt(debt), Held: amt(held),
-		}},
+			Want: amt(p.want), Need: amt(p.want), Returned: amt(p.returned), Debt: amt(p.debt), Held: amt(p.held),
+		}
+	}
+	s.begin(ep, &leasev1.AcquireRequest{
+		Caller: &leasev1.Caller{SpenderId: fmt.Sprintf("central-%d", ep), Epoch: 1, Sequence: e.seq},
+		Keys:   keys,
 	})
 }
 
@@ -78,10 +87,15 @@ func (c *central) arrive(s *sim, id int32) {
 	r := &s.reqs[id]
 	ep := c.slot(s, r.inst)
 	e := s.eps[ep]
-	e.req, e.phase, e.settle = id, deciding, nil
+	e.req, e.phase, e.settled, e.nb = id, deciding, false, r.nch
+	var ps [maxCharges]part
+	for i, ch := range r.charges() {
+		e.bud[i] = ch.b
+		ps[i].want = limited(s.budgets[ch.b].lim, ch.cost)
+	}
 	r.ep, r.parked = ep, true
 	s.q.push(event{at: s.at(s.cfg.SlowDeadline), kind: evParkDeadline, b: id})
-	c.call(s, ep, limited(s.cfg.Limits, r.cost), ration.Amount{}, ration.Amount{}, ration.Amount{})
+	c.call(s, ep, ps[:e.nb])
 }
 
 // parkDeadline rejects a request still undecided (fail closed) and frees
@@ -99,27 +113,51 @@ func (c *central) answered(s *sim, ep int32, g reply) {
 	e.body = nil
 	switch e.phase {
 	case deciding:
-		kg := g.resp.GetKeys()[0]
-		ok := kg.GetStatus() == leasev1.GrantStatus_GRANT_STATUS_OK
 		id := e.req
-		if ok {
-			e.phase, e.hold = holding, limited(s.cfg.Limits, s.reqs[id].cost)
+		r := &s.reqs[id]
+		var granted [maxCharges]ration.Amount
+		all, some := true, false
+		for i := range e.nb {
+			if g.resp.GetKeys()[i].GetStatus() == leasev1.GrantStatus_GRANT_STATUS_OK {
+				granted[i], some = limited(s.budgets[e.bud[i]].lim, r.ch[i].cost), true
+			} else {
+				all = false
+			}
+		}
+		if all {
+			e.phase, e.hold = holding, granted
 			e.holdGen++
-			s.admit(id, &centralRes{c: c, s: s, ep: ep, gen: e.holdGen})
+			res := &centralRes{c: c, s: s, ep: ep, gen: e.holdGen}
+			if r.nch == 1 {
+				s.admit(id, res)
+			} else {
+				s.admitAll(id, centralAll{res})
+			}
 			c.scheduleRenew(s, ep)
 			return
 		}
 		e.req = -1
 		s.reject(id)
+		if some {
+			// All or nothing: what the budgets that covered the request
+			// granted goes back at once.
+			var ps [maxCharges]part
+			for i := range e.nb {
+				ps[i].returned = granted[i]
+			}
+			e.phase = settling
+			c.call(s, ep, ps[:e.nb])
+			return
+		}
 	case holding: // a renewal came back
-		if e.settle != nil {
+		if e.settled {
 			c.sendSettle(s, ep)
 			return
 		}
 		c.scheduleRenew(s, ep)
 		return
 	}
-	e.phase, e.req, e.hold = idle, -1, ration.Amount{}
+	e.phase, e.req, e.hold = idle, -1, [maxCharges]ration.Amount{}
 	c.free[e.inst] = append(c.free[e.inst], ep)
 }
 
@@ -130,21 +168,28 @@ func (c *central) scheduleRenew(s *sim, ep int32) {
 // renew keeps slot ep's holding alive while its request runs.
 func (c *central) renew(s *sim, ep int32, gen uint32) {
 	e := s.eps[ep]
-	if e.phase != holding || e.holdGen != gen || e.body != nil || e.settle != nil {
+	if e.phase != holding || e.holdGen != gen || e.body != nil || e.settled {
 		return
 	}
-	c.call(s, ep, ration.Amount{}, ration.Amount{}, ration.Amount{}, e.hold)
+	var ps [maxCharges]part
+	for i := range e.nb {
+		ps[i].held = e.hold[i]
+	}
+	c.call(s, ep, ps[:e.nb])
 }
 
 // sendSettle returns the unused part of the slot's holding (or reports the
 // overrun) and lets the holding go.
 func (c *central) sendSettle(s *sim, ep int32) {
 	e := s.eps[ep]
-	a := limited(s.cfg.Limits, *e.settle)
-	ret := ration.Amount{Requests: max(0, e.hold.Requests-a.Requests), Tokens: max(0, e.hold.Tokens-a.Tokens)}
-	debt := ration.Amount{Requests: max(0, a.Requests-e.hold.Requests), Tokens: max(0, a.Tokens-e.hold.Tokens)}
-	e.phase, e.req, e.settle = settling, -1, nil
-	c.call(s, ep, ration.Amount{}, ret, debt, ration.Amount{})
+	var ps [maxCharges]part
+	for i := range e.nb {
+		a, h := limited(s.budgets[e.bud[i]].lim, e.settle[i]), e.hold[i]
+		ps[i].returned = ration.Amount{Requests: max(0, h.Requests-a.Requests), Tokens: max(0, h.Tokens-a.Tokens)}
+		ps[i].debt = ration.Amount{Requests: max(0, a.Requests-h.Requests), Tokens: max(0, a.Tokens-h.Tokens)}
+	}
+	e.phase, e.req, e.settled = settling, -1, false
+	c.call(s, ep, ps[:e.nb])
 }
 
 // centralRes is a central admission: settling it starts the slot's last
@@ -157,13 +202,16 @@ type centralRes struct {
 	done bool
 }
 
-func (r *centralRes) Settle(actual ration.Amount) {
+func (r *centralRes) Settle(actual ration.Amount) { r.settleAll([]ration.Amount{actual}) }
+
+func (r *centralRes) settleAll(actual []ration.Amount) {
 	e := r.s.eps[r.ep]
 	if r.done || e.holdGen != r.gen || e.phase != holding {
 		return
 	}
 	r.done = true
-	e.settle = &actual
+	copy(e.settle[:], actual)
+	e.settled = true
 	if e.body == nil {
 		r.c.sendSettle(r.s, r.ep)
 	}
@@ -171,6 +219,15 @@ func (r *centralRes) Settle(actual ration.Amount) {
 
 func (r *centralRes) Cancel()                { r.Settle(ration.Amount{}) }
 func (r *centralRes) Status() spender.Status { return spender.Status{} }
+
+// centralAll is a central admission of a request charged to several
+// budgets.
+type centralAll struct{ r *centralRes }
+
+func (a centralAll) Settle(actual []ration.Amount) error {
+	a.r.settleAll(actual)
+	return nil
+}
 
 // limited zeroes the dimensions lim leaves unlimited.
 func limited(lim ration.Limits, c ration.Amount) ration.Amount {

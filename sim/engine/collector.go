@@ -5,59 +5,90 @@ import (
 
 	"github.com/rationhq/ration"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/spender"
 )
 
 // collector accumulates a run's measurements as events happen.
 type collector struct {
-	tokens bool // the binding dimension is tokens
+	primary int // the budget the time series is in
 
 	offered, admitted int64
-	admittedUnits     int64 // binding dimension, actual usage
-	idealUnits        int64
-	secondHalf        int64 // admitted units arriving in the second half of the run
-	half              int64 // virtual µs where the second half starts
-	reservedTok       int64
+	reservedTok       int64 // every charge's tokens
 	usedTok           int64
 	instOffered       []int64
 	instAdmitted      []int64
 	outageAdmitted    []int64
 	outageOffered     []int64
-	outFrom, outTo    int64  // window for outageAdmitted
-	req, tok          window // every admission
-	reqG, tokG        window // admissions from grants only (fallback left out)
-	reqOn, tokOn      bool
-	fbUnits           int64 // binding-dimension units admitted under fallback
+	outFrom, outTo    int64 // window for outageAdmitted
+	half              int64 // virtual µs where the second half starts
+	bud               []budgetCol
 	calls             int64
 	allocErrors       int64
-	granted, returned int64 // binding dimension, as applied by the allocator
-	debt              int64
 	waits             []int64
 	series            []Point
 	cur               Point
 	fallback          int64
 }
 
+// budgetCol is what the collector keeps for one budget, in its dimension.
+type budgetCol struct {
+	tokens            bool  // measured in tokens (else requests)
+	offeredUnits      int64 // what the offered requests would use
+	admittedUnits     int64 // actual usage of the admitted requests
+	idealUnits        int64
+	secondHalf        int64  // admitted units arriving in the second half of the run
+	req, tok          window // every admission
+	reqG, tokG        window // admissions from grants only (fallback left out)
+	reqOn, tokOn      bool
+	fbUnits           int64 // units admitted under fallback
+	granted, returned int64 // as applied by the allocator
+	debt              int64
+}
+
 func (c *collector) init(s *sim) {
 	n := s.cfg.Instances
-	c.tokens = s.cfg.Scenario.Tokens
+	c.primary = s.primary
 	c.instOffered, c.instAdmitted = make([]int64, n), make([]int64, n)
 	c.outageAdmitted, c.outageOffered = make([]int64, n), make([]int64, n)
 	c.half = s.end / 2
-	lim := s.cfg.Limits
-	c.req, c.reqG, c.reqOn = window{rate: lim.RPM}, window{rate: lim.RPM}, lim.RPM > 0
-	c.tok, c.tokG, c.tokOn = window{rate: lim.TPM}, window{rate: lim.TPM}, lim.TPM > 0
+	c.bud = make([]budgetCol, len(s.budgets))
+	for i, b := range s.budgets {
+		lim := b.lim
+		bc := &c.bud[i]
+		bc.tokens = b.dim == spender.Tokens
+		bc.req, bc.reqG, bc.reqOn = window{rate: lim.RPM}, window{rate: lim.RPM}, lim.RPM > 0
+		bc.tok, bc.tokG, bc.tokOn = window{rate: lim.TPM}, window{rate: lim.TPM}, lim.TPM > 0
+	}
 	if s.outTo > s.outFrom {
 		c.outFrom = s.outFrom + int64((s.cfg.TTL+s.cfg.SlowDeadline)/time.Microsecond)
 		c.outTo = s.outTo
 	}
 }
 
-// units is a cost in the binding dimension.
-func (c *collector) units(x ration.Amount) int64 {
-	if c.tokens {
+// units is a cost in the budget's dimension.
+func (b *budgetCol) units(x ration.Amount) int64 {
+	if b.tokens {
 		return x.Tokens
 	}
 	return x.Requests
+}
+
+func (b *budgetCol) amount(a *leasev1.Amount) int64 {
+	if b.tokens {
+		return a.GetTokens()
+	}
+	return a.GetRequests()
+}
+
+// primaryUnits is what r uses of the primary budget (0 if it is not
+// charged to it).
+func (c *collector) primaryUnits(r *request) int64 {
+	for _, ch := range r.charges() {
+		if int(ch.b) == c.primary {
+			return c.bud[ch.b].units(ch.actual)
+		}
+	}
+	return 0
 }
 
 func (c *collector) onOffer(s *sim, r *request) {
@@ -66,35 +97,46 @@ func (c *collector) onOffer(s *sim, r *request) {
 	if s.now >= c.outFrom && s.now < c.outTo {
 		c.outageOffered[r.origin]++
 	}
-	c.cur.Offered += float64(c.units(r.actual))
+	for _, ch := range r.charges() {
+		b := &c.bud[ch.b]
+		b.offeredUnits += b.units(ch.actual)
+	}
+	c.cur.Offered += float64(c.primaryUnits(r))
 }
 
 func (c *collector) onIdeal(s *sim, r *request) {
-	c.idealUnits += c.units(r.actual)
-	c.cur.Ideal += float64(c.units(r.actual))
+	for _, ch := range r.charges() {
+		b := &c.bud[ch.b]
+		b.idealUnits += b.units(ch.actual)
+	}
+	c.cur.Ideal += float64(c.primaryUnits(r))
 }
 
-// admitted counts an admission: the reserved cost enters the windows now
+// admitted counts an admission (r.fb says which charges were admitted
+// under the fallback policy): the reserved cost enters the windows now
 // (net of the refund at settlement), the actual usage the totals.
 func (c *collector) onAdmit(s *sim, r *request) {
 	c.admitted++
 	c.instAdmitted[r.origin]++
-	u := c.units(r.actual)
-	c.admittedUnits += u
-	c.cur.Admitted += float64(u)
-	if r.at >= c.half {
-		c.secondHalf += u
-	}
+	c.cur.Admitted += float64(c.primaryUnits(r))
 	if s.now >= c.outFrom && s.now < c.outTo {
 		c.outageAdmitted[r.inst]++
 	}
-	c.reservedTok += r.cost.Tokens
-	c.usedTok += r.actual.Tokens
-	r.fallback = isFallback(r.res)
-	if r.fallback {
-		c.fbUnits += u
+	for i, ch := range r.charges() {
+		b := &c.bud[ch.b]
+		u := b.units(ch.actual)
+		b.admittedUnits += u
+		if r.at >= c.half {
+			b.secondHalf += u
+		}
+		c.reservedTok += ch.cost.Tokens
+		c.usedTok += ch.actual.Tokens
+		fb := r.fb&(1<<i) != 0
+		if fb {
+			b.fbUnits += u
+		}
+		b.charge(s.now, fb, ch.cost.Requests, ch.cost.Tokens)
 	}
-	c.charge(s.now, r, r.cost.Requests, r.cost.Tokens)
 	if w := s.now - r.at; w > 0 {
 		c.waits = append(c.waits, w)
 	}
@@ -108,21 +150,24 @@ func (c *collector) onReject(s *sim, r *request) {
 
 // settled applies the settlement's adjustment (refund or overrun).
 func (c *collector) onSettle(s *sim, r *request) {
-	c.charge(s.now, r, r.actual.Requests-r.cost.Requests, r.actual.Tokens-r.cost.Tokens)
+	for i, ch := range r.charges() {
+		c.bud[ch.b].charge(s.now, r.fb&(1<<i) != 0, ch.actual.Requests-ch.cost.Requests, ch.actual.Tokens-ch.cost.Tokens)
+	}
 }
 
-// charge adds a net charge of r's to the windows.
-func (c *collector) charge(t int64, r *request, req, tok int64) {
-	if c.reqOn {
-		c.req.add(t, req)
-		if !r.fallback {
-			c.reqG.add(t, req)
+// charge adds a net charge to the budget's windows; fb: it was admitted
+// under the fallback policy.
+func (b *budgetCol) charge(t int64, fb bool, req, tok int64) {
+	if b.reqOn {
+		b.req.add(t, req)
+		if !fb {
+			b.reqG.add(t, req)
 		}
 	}
-	if c.tokOn {
-		c.tok.add(t, tok)
-		if !r.fallback {
-			c.tokG.add(t, tok)
+	if b.tokOn {
+		b.tok.add(t, tok)
+		if !fb {
+			b.tokG.add(t, tok)
 		}
 	}
 }
@@ -131,17 +176,11 @@ func (c *collector) charge(t int64, r *request, req, tok int64) {
 func (c *collector) onApplied(s *sim, req *leasev1.AcquireRequest, resp *leasev1.AcquireResponse) {
 	for i, k := range req.GetKeys() {
 		g := resp.GetKeys()[i]
-		c.debt += c.amount(k.GetDebt())
-		c.granted += c.amount(g.GetGranted())
-		c.returned += c.amount(g.GetReturned())
+		b := &c.bud[s.budgetOf[k.GetKey()]]
+		b.debt += b.amount(k.GetDebt())
+		b.granted += b.amount(g.GetGranted())
+		b.returned += b.amount(g.GetReturned())
 	}
-}
-
-func (c *collector) amount(a *leasev1.Amount) int64 {
-	if c.tokens {
-		return a.GetTokens()
-	}
-	return a.GetRequests()
 }
 
 // sample closes the current time-series bucket.
@@ -155,66 +194,91 @@ func (c *collector) sample(s *sim) {
 func (s *sim) result() *Result {
 	c := &s.col
 	cfg := s.cfg
-	lim := cfg.Limits
 	r := &Result{
 		Scenario: cfg.Scenario.Name, Strategy: cfg.Strategy, Instances: cfg.Instances,
-		Duration: cfg.Duration, Seed: cfg.Seed, Dim: cfg.Scenario.Dim(), TTL: cfg.TTL,
+		Duration: cfg.Duration, Seed: cfg.Seed, TTL: cfg.TTL,
 		Offered: c.offered, Admitted: c.admitted,
-		AdmittedUnits: float64(c.admittedUnits), IdealUnits: float64(c.idealUnits),
 		InstOffered: c.instOffered, InstAdmitted: c.instAdmitted,
 		Calls: c.calls, Fallback: c.fallback,
 		ReservedTokens: c.reservedTok, UsedTokens: c.usedTok,
 		Series: c.series,
 	}
-	capOf := func(rate, burst int64) int64 {
-		if burst > 0 {
-			return burst
-		}
-		return rate
-	}
-	rateMin := lim.RPM
-	r.Capacity = capOf(lim.RPM, lim.BurstRequests)
-	if cfg.Scenario.Tokens {
-		rateMin, r.Capacity = lim.TPM, capOf(lim.TPM, lim.BurstTokens)
-	}
-	r.Rate = float64(rateMin) / 60
 	T := cfg.Duration.Seconds()
-	r.Allowed = float64(r.Capacity) + r.Rate*T
-	r.AdmitFrac = r.AdmittedUnits / r.Allowed
-	if r.IdealUnits > 0 {
-		r.VsIdeal = r.AdmittedUnits / r.IdealUnits
+	for i, b := range s.budgets {
+		r.Budgets = append(r.Budgets, s.budgetResult(b, &c.bud[i], T))
 	}
-	r.Steady = float64(c.secondHalf) / (r.Rate * (T - float64(c.half)/1e6))
-	over := func(w *window, rate, burst int64) (limit, lease float64) {
-		C := float64(capOf(rate, burst))
-		ex := w.maxExcess()
-		return (ex - C) / C, (ex - C - float64(rate)*cfg.TTL.Minutes()) / C
+	p := &r.Budgets[s.primary]
+	r.Primary = p.Name
+	r.Dim, r.Capacity, r.Rate, r.Allowed = p.Dim, p.Capacity, p.Rate, p.Allowed
+	r.AdmittedUnits, r.IdealUnits, r.AdmitFrac, r.VsIdeal, r.Steady = p.AdmittedUnits, p.IdealUnits, p.AdmitFrac, p.VsIdeal, p.Steady
+	r.FallbackUnits = p.FallbackUnits
+	r.Stranded, r.StrandedFrac = p.Stranded, p.StrandedFrac
+	b0 := &r.Budgets[0]
+	r.OverLimit, r.OverLease, r.OverLimitGranted, r.OverLeaseGranted = b0.OverLimit, b0.OverLease, b0.OverLimitGranted, b0.OverLeaseGranted
+	for _, b := range r.Budgets[1:] {
+		r.OverLimit, r.OverLease = max(r.OverLimit, b.OverLimit), max(r.OverLease, b.OverLease)
+		r.OverLimitGranted, r.OverLeaseGranted = max(r.OverLimitGranted, b.OverLimitGranted), max(r.OverLeaseGranted, b.OverLeaseGranted)
 	}
-	r.OverLimit, r.OverLease, r.OverLimitGranted, r.OverLeaseGranted = -1, -1, -1, -1
-	if c.reqOn {
-		r.OverLimit, r.OverLease = over(&c.req, lim.RPM, lim.BurstRequests)
-		r.OverLimitGranted, r.OverLeaseGranted = over(&c.reqG, lim.RPM, lim.BurstRequests)
-	}
-	if c.tokOn {
-		a, b := over(&c.tok, lim.TPM, lim.BurstTokens)
-		r.OverLimit, r.OverLease = max(r.OverLimit, a), max(r.OverLease, b)
-		a, b = over(&c.tokG, lim.TPM, lim.BurstTokens)
-		r.OverLimitGranted, r.OverLeaseGranted = max(r.OverLimitGranted, a), max(r.OverLeaseGranted, b)
-	}
-	r.FallbackUnits = float64(c.fbUnits)
 	r.AllocErrors = c.allocErrors
 	if c.admitted > 0 {
 		r.CallsPerAdmit = float64(c.calls) / float64(c.admitted)
 	}
 	r.finishFairness()
 	r.percentiles(c.waits)
-	if s.svc != nil {
-		r.Stranded = float64(c.granted + c.debt - c.returned - c.admittedUnits)
-		r.StrandedFrac = r.Stranded / r.Allowed
-	}
 	if c.outTo > c.outFrom {
 		r.OutageAdmitted, r.OutageOffered = c.outageAdmitted, c.outageOffered
 		r.OutageWindow = time.Duration(c.outTo-c.outFrom) * time.Microsecond
 	}
 	return r
+}
+
+// budgetResult is what the run measured for budget b, over T seconds of
+// traffic.
+func (s *sim) budgetResult(b budget, bc *budgetCol, T float64) BudgetResult {
+	cfg := s.cfg
+	lim := b.lim
+	capOf := func(rate, burst int64) int64 {
+		if burst > 0 {
+			return burst
+		}
+		return rate
+	}
+	br := BudgetResult{Name: b.name, Limits: lim, Dim: b.dim,
+		OfferedUnits: float64(bc.offeredUnits), AdmittedUnits: float64(bc.admittedUnits), IdealUnits: float64(bc.idealUnits)}
+	rateMin := lim.RPM
+	br.Capacity = capOf(lim.RPM, lim.BurstRequests)
+	if b.dim == spender.Tokens {
+		rateMin, br.Capacity = lim.TPM, capOf(lim.TPM, lim.BurstTokens)
+	}
+	br.Rate = float64(rateMin) / 60
+	br.Allowed = float64(br.Capacity) + br.Rate*T
+	br.AdmitFrac = br.AdmittedUnits / br.Allowed
+	if br.IdealUnits > 0 {
+		br.VsIdeal = br.AdmittedUnits / br.IdealUnits
+	}
+	br.Steady = float64(bc.secondHalf) / (br.Rate * (T - float64(s.col.half)/1e6))
+	over := func(w *window, rate, burst int64) (limit, lease float64) {
+		C := float64(capOf(rate, burst))
+		ex := w.maxExcess()
+		return (ex - C) / C, (ex - C - float64(rate)*cfg.TTL.Minutes()) / C
+	}
+	br.OverLimit, br.OverLease, br.OverLimitGranted, br.OverLeaseGranted = -1, -1, -1, -1
+	if bc.reqOn {
+		br.OverLimit, br.OverLease = over(&bc.req, lim.RPM, lim.BurstRequests)
+		br.OverLimitGranted, br.OverLeaseGranted = over(&bc.reqG, lim.RPM, lim.BurstRequests)
+	}
+	if bc.tokOn {
+		a, b := over(&bc.tok, lim.TPM, lim.BurstTokens)
+		ag, bg := over(&bc.tokG, lim.TPM, lim.BurstTokens)
+		if bc.reqOn {
+			a, b, ag, bg = max(br.OverLimit, a), max(br.OverLease, b), max(br.OverLimitGranted, ag), max(br.OverLeaseGranted, bg)
+		}
+		br.OverLimit, br.OverLease, br.OverLimitGranted, br.OverLeaseGranted = a, b, ag, bg
+	}
+	br.FallbackUnits = float64(bc.fbUnits)
+	if s.svc != nil {
+		br.Stranded = float64(bc.granted + bc.debt - bc.returned - bc.admittedUnits)
+		br.StrandedFrac = br.Stranded / br.Allowed
+	}
+	return br
 }

@@ -4,7 +4,9 @@
 // internal/leasedrive instead of the Limiter's goroutine) under virtual
 // time and a
 // simulated network, and compares enforcement strategies on identical
-// traffic for one API key.
+// traffic for one API key, or for several budgets each request is charged
+// to all or nothing (a team's keys and its shared budget; input and output
+// tokens: spender.Limiter.ReserveAll).
 //
 // One event queue orders everything (arrivals, settlements, messages,
 // timeouts, maintenance ticks, membership changes) by virtual time, ties
@@ -20,7 +22,8 @@
 // ideal single bucket, the worst overshoot over every window length, each
 // instance's admission probability and Jain's index, allocator calls per
 // admission, added latency, fallback admissions, stranded budget and
-// tokens reserved against used.
+// tokens reserved against used; and, per budget (Result.Budgets), the
+// admitted units against the ideal's and each budget's worst window.
 //
 // # Guarantees
 //
@@ -37,9 +40,14 @@
 //
 // # Caveats
 //
-//   - One key per run. The spender iterates maps in its maintenance scan;
-//     with one key (and one shard) that order cannot vary, which is what
-//     makes runs deterministic. Many keys would need that scan ordered.
+//   - A few keys per run: one, or a team's four and its budget, or input
+//     and output. A spender's maintenance scan walks its keys in an order
+//     that follows its Limiter's random hash seed, so a call may carry
+//     them in any order; the allocator applies each key on its own, so
+//     the result does not depend on it (TestSameSeedSameResult runs the
+//     team scenario twice in one process, where every Limiter has its
+//     own seed). More keys than fit one call (ration.MaxBatch) would make
+//     the order matter.
 //   - The spender's state machine is the one a gateway's Limiter runs; the
 //     simulator replaces only its driver. A Reserve that finds its lease
 //     short is parked until its spender's call is answered or fails, or

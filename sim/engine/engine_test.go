@@ -61,6 +61,8 @@ func TestStaticSplitSeed004(t *testing.T) {
 
 // skewScenarios are the scenarios where only the split of traffic across
 // instances differs.
+// (team, where the keys' traffic is skewed too, is in
+// TestEveryBudgetTracksTheIdeal.)
 var skewScenarios = []string{"uniform", "zipf", "one", "rotating", "bursts", "autoscale"}
 
 // TestLeasedTracksTheLimitUnderSkew: under every skew, at twice the
@@ -85,14 +87,15 @@ func TestLeasedTracksTheLimitUnderSkew(t *testing.T) {
 	}
 }
 
-// TestBoundsHold: in every scenario, what the leased variants admit from
-// grants never exceeds their documented bound in any window (default
-// C + rho*(t+TTL), strict C + rho*t, the simulator's traffic has no
+// TestBoundsHold: in every scenario and for every budget a request is
+// charged to, what the leased variants admit from grants never exceeds
+// their documented bound in any window (default C + rho*(t+TTL), strict
+// C + rho*t, each budget's own C and rho; the simulator's traffic has no
 // overruns), and all they admit, fallback included, stays within the
 // bound plus what was admitted under the fallback policy (reported as
 // debt). Central, an exact strict bucket, stays within C + rho*t (checked
-// on two scenarios only: its per-request calls make it the slowest to
-// simulate).
+// on two scenarios here and on team in TestEveryBudgetTracksTheIdeal: its
+// per-request calls make it the slowest to simulate).
 func TestBoundsHold(t *testing.T) {
 	for _, sc := range Scenarios() {
 		for _, st := range []Strategy{Leased, LeasedStrict, Central} {
@@ -102,24 +105,113 @@ func TestBoundsHold(t *testing.T) {
 			t.Run(sc.Name+"/"+string(st), func(t *testing.T) {
 				t.Parallel()
 				r := mustRun(t, Config{Scenario: sc, Strategy: st, Duration: 90 * time.Second, Seed: 11})
-				over, all := r.OverLeaseGranted, r.OverLease
-				bound := "C + rho*(t+TTL)"
-				if st != Leased {
-					over, all, bound = r.OverLimitGranted, r.OverLimit, "C + rho*t"
-				}
-				if over > 0 {
-					t.Errorf("admissions from grants exceeded %s by %.2f%% of C", bound, 100*over)
-				}
-				if debt := r.FallbackUnits / float64(r.Capacity); all > debt {
-					t.Errorf("all admissions exceeded %s by %.2f%% of C, more than the %.2f%% of C admitted in fallback", bound, 100*all, 100*debt)
+				for _, b := range r.Budgets {
+					over, all := b.OverLeaseGranted, b.OverLease
+					bound := "C + rho*(t+TTL)"
+					if st != Leased {
+						over, all, bound = b.OverLimitGranted, b.OverLimit, "C + rho*t"
+					}
+					if over > 0 {
+						t.Errorf("budget %s: admissions from grants exceeded %s by %.2f%% of C", b.Name, bound, 100*over)
+					}
+					if debt := b.FallbackUnits / float64(b.Capacity); all > debt {
+						t.Errorf("budget %s: all admissions exceeded %s by %.2f%% of C, more than the %.2f%% of C admitted in fallback", b.Name, bound, 100*all, 100*debt)
+					}
+					t.Logf("budget %s: worst window vs %s: %+.2f%% of C from grants, %+.2f%% of C in all", b.Name, bound, 100*over, 100*all)
 				}
 				if r.AllocErrors > 0 {
 					t.Errorf("the allocator refused %d calls", r.AllocErrors)
 				}
-				t.Logf("worst window vs %s: %+.2f%% of C from grants, %+.2f%% of C in all (%d fallback admissions)", bound, 100*over, 100*all, r.Fallback)
+				t.Logf("%d fallback admissions", r.Fallback)
 			})
 		}
 	}
+}
+
+// TestEveryBudgetTracksTheIdeal: where each request is charged to several
+// budgets (a key and its team; input and output tokens), every budget,
+// each key's and the team's alike, admits close to what one exact bucket
+// per budget admits from the same arrivals, with nothing admitted past
+// any budget's bound (TestBoundsHold checks the same runs' windows; here
+// there is no fallback, the allocator being always reachable), and the
+// instances see equal admission probabilities. The team binds: the keys'
+// limits sum above its own, and the ideal spends the team's whole
+// C + rho*T.
+func TestEveryBudgetTracksTheIdeal(t *testing.T) {
+	for _, tc := range []struct {
+		scenario string
+		st       Strategy
+		rpm      int64   // the team's RPM; 0: the default
+		min      float64 // each budget's admitted / ideal, at least
+	}{
+		{"team", Leased, 0, 0.98},
+		{"team", LeasedStrict, 0, 0.97},
+		// Central makes a call per request: a tenth of the rate (and of
+		// the cost to simulate), the same shape.
+		{"team", Central, 600, 0.97},
+		{"tokens-io", Leased, 0, 0.97},
+		// Strict leases cost each token budget a few percent (tokens:
+		// 94% of the ideal); a request needs both, so the losses add.
+		{"tokens-io", LeasedStrict, 0, 0.85},
+	} {
+		t.Run(tc.scenario+"/"+string(tc.st), func(t *testing.T) {
+			t.Parallel()
+			cfg := Config{Scenario: scenario(t, tc.scenario), Strategy: tc.st, Duration: 90 * time.Second, Seed: 11}
+			if tc.rpm > 0 {
+				cfg.Limits = ration.Limits{RPM: tc.rpm}
+			}
+			r := mustRun(t, cfg)
+			if len(r.Budgets) != map[string]int{"team": TeamKeys + 1, "tokens-io": 2}[tc.scenario] {
+				t.Fatalf("%d budgets", len(r.Budgets))
+			}
+			if r.Fallback != 0 {
+				t.Errorf("%d fallback admissions with the allocator always reachable", r.Fallback)
+			}
+			for _, b := range r.Budgets {
+				if b.VsIdeal < tc.min {
+					t.Errorf("budget %s admitted %.0f, %.1f%% of the ideal's %.0f; want at least %.0f%%", b.Name, b.AdmittedUnits, 100*b.VsIdeal, b.IdealUnits, 100*tc.min)
+				}
+				over := b.OverLimit
+				if tc.st == Leased {
+					over = b.OverLease
+				}
+				if over > 0 {
+					t.Errorf("budget %s: admissions exceeded the bound by %.2f%% of C", b.Name, 100*over)
+				}
+				t.Logf("budget %s: %.1f%% of C + rho*T, %.1f%% of the ideal, worst window %+.1f%% of C against the bound", b.Name, 100*b.AdmitFrac, 100*b.VsIdeal, 100*over)
+			}
+			if r.Jain < 0.95 {
+				t.Errorf("Jain's index %.3f (probabilities %.3f to %.3f), want at least 0.95", r.Jain, r.MinProb, r.MaxProb)
+			}
+			if tc.scenario != "team" {
+				return
+			}
+			team := r.Budgets[TeamKeys]
+			sum := int64(0)
+			for _, b := range r.Budgets[:TeamKeys] {
+				sum += b.Limits.RPM
+			}
+			if team.Name != r.Primary || sum <= team.Limits.RPM {
+				t.Fatalf("the team %s (RPM %d) is not the primary budget %s or not below the keys' sum %d", team.Name, team.Limits.RPM, r.Primary, sum)
+			}
+			if ideal := team.IdealUnits / team.Allowed; ideal < 0.99 {
+				t.Errorf("the ideal admitted %.1f%% of the team's C + rho*T: the team does not bind", 100*ideal)
+			}
+		})
+	}
+}
+
+// TestStickyCannotHoldATeam: sticky routing by API key gives each key's
+// owner the whole team budget, so a team whose keys have different owners
+// is admitted past its limit (the simulator's honest negative).
+func TestStickyCannotHoldATeam(t *testing.T) {
+	// Longer than the team's C (a minute of its rate) takes to matter.
+	r := mustRun(t, Config{Scenario: scenario(t, "team"), Strategy: Sticky, Duration: 3 * time.Minute, Seed: 13})
+	team := r.Budgets[TeamKeys]
+	if team.OverLimit <= 0 {
+		t.Fatalf("sticky kept the team within C + rho*t (%+.1f%% of C); with the keys on different owners it cannot", 100*team.OverLimit)
+	}
+	t.Logf("the team's worst window: %+.1f%% of C over C + rho*t", 100*team.OverLimit)
 }
 
 // TestOutageFollowsFallbackPolicy: while the allocator is unreachable and
@@ -191,21 +283,33 @@ func TestIsFallbackMatchesMetrics(t *testing.T) {
 	}
 }
 
-// TestSameSeedSameResult: a run is a function of its Config.
+// TestSameSeedSameResult: a run is a function of its Config, also where
+// each spender holds several keys (team: its maintenance scan walks them
+// in an order that differs between Limiters).
 func TestSameSeedSameResult(t *testing.T) {
 	for _, st := range Strategies() {
-		t.Run(string(st), func(t *testing.T) {
+		t.Run("lossy/"+string(st), func(t *testing.T) {
 			t.Parallel()
-			cfg := Config{Scenario: scenario(t, "lossy"), Strategy: st, Duration: 20 * time.Second, Seed: 9}
-			a, b := mustRun(t, cfg), mustRun(t, cfg)
-			if !reflect.DeepEqual(a, b) {
-				t.Fatalf("two runs with seed 9 differ:\n%+v\n%+v", a, b)
-			}
-			cfg.Seed = 10
-			if c := mustRun(t, cfg); c.Offered == a.Offered && c.Admitted == a.Admitted {
-				t.Fatalf("seeds 9 and 10 gave the same traffic (%d offered, %d admitted)", a.Offered, a.Admitted)
-			}
+			sameSeedSameResult(t, "lossy", st)
 		})
+	}
+	for _, st := range []Strategy{Leased, LeasedStrict} {
+		t.Run("team/"+string(st), func(t *testing.T) {
+			t.Parallel()
+			sameSeedSameResult(t, "team", st)
+		})
+	}
+}
+
+func sameSeedSameResult(t *testing.T, name string, st Strategy) {
+	cfg := Config{Scenario: scenario(t, name), Strategy: st, Duration: 20 * time.Second, Seed: 9}
+	a, b := mustRun(t, cfg), mustRun(t, cfg)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("two runs with seed 9 differ:\n%+v\n%+v", a, b)
+	}
+	cfg.Seed = 10
+	if c := mustRun(t, cfg); c.Offered == a.Offered && c.Admitted == a.Admitted {
+		t.Fatalf("seeds 9 and 10 gave the same traffic (%d offered, %d admitted)", a.Offered, a.Admitted)
 	}
 }
 

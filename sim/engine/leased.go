@@ -33,7 +33,7 @@ func (leased) join(s *sim, i int32) {
 	}
 	tap := &releaseTap{svc: s.svc, s: s}
 	in.lim = mustLimiter(s.clk,
-		spender.WithShards(1), // one key: one shard keeps maintenance cheap
+		spender.WithShards(1), // a few keys: one shard keeps maintenance cheap
 		spender.WithLeases(tap),
 		spender.WithSpenderID(fmt.Sprintf("gw-%d", i)),
 		spender.WithEpoch(1),
@@ -76,7 +76,16 @@ func (l leased) arrive(s *sim, id int32) {
 // allocator must be asked first.
 func (leased) try(s *sim, id int32) {
 	r := &s.reqs[id]
-	res, _, w, err := s.insts[r.inst].m.Reserve(key, s.cfg.Limits, r.cost, 0, false, r.wait)
+	m := s.insts[r.inst].m
+	var res any
+	var w leasedrive.Wait
+	var err error
+	if r.nch == 1 {
+		b := &s.budgets[r.ch[0].b]
+		res, _, w, err = m.Reserve(b.name, b.lim, r.ch[0].cost, 0, false, r.wait)
+	} else {
+		res, w, err = m.ReserveAll(s.drivenOf(r), r.wait)
+	}
 	switch {
 	case w != nil:
 		if !r.parked {
@@ -84,9 +93,12 @@ func (leased) try(s *sim, id int32) {
 			s.q.push(event{at: s.instant(w.Deadline()), kind: evParkDeadline, b: id})
 		}
 		r.wait = w
-	case err == nil:
+	case err == nil && r.nch == 1:
 		r.wait = nil
 		s.admit(id, res.(spender.Reservation))
+	case err == nil:
+		r.wait = nil
+		s.admitAll(id, res.(*spender.Reservations))
 	default:
 		var rej *spender.RejectError
 		if !errors.As(err, &rej) {
@@ -247,8 +259,9 @@ func (t *releaseTap) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*l
 	if err == nil {
 		c := &t.s.col
 		for i, k := range r.GetKeys() {
-			c.debt += c.amount(k.GetDebt())
-			c.returned += c.amount(resp.GetReturned()[i])
+			b := &c.bud[t.s.budgetOf[k.GetKey()]]
+			b.debt += b.amount(k.GetDebt())
+			b.returned += b.amount(resp.GetReturned()[i])
 		}
 	}
 	return resp, err

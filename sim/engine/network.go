@@ -32,10 +32,13 @@ type endpoint struct {
 	// central: the request this slot decides and where its call stands.
 	req     int32
 	phase   phase
-	seq     uint64         // the last sequence used
-	hold    ration.Amount  // what the slot holds for its admitted request
-	holdGen uint32         // counts admissions, to match renew events
-	settle  *ration.Amount // the settlement's actual usage, once known; sent after a renewal in flight
+	seq     uint64                    // the last sequence used
+	nb      int32                     // budgets the slot's request is charged to
+	bud     [maxCharges]int32         // those budgets
+	hold    [maxCharges]ration.Amount // what the slot holds for its request, per budget
+	holdGen uint32                    // counts admissions, to match renew events
+	settle  [maxCharges]ration.Amount // the settlement's actual usage, once known (settled); sent after a renewal in flight
+	settled bool
 }
 
 // phase is where a central slot stands.

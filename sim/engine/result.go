@@ -5,17 +5,22 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender"
 )
 
-// Result is what one run measured. Amounts are in the scenario's binding
-// dimension (Dim): requests, or tokens for the tokens scenario.
+// Result is what one run measured. Amounts are in the primary budget's
+// binding dimension (Dim): requests, or tokens for the tokens scenarios.
+// The primary budget is the one key, or, for a scenario that charges each
+// request to several budgets, the one named by Primary (the team's, or
+// output tokens'); Budgets has every budget's numbers.
 type Result struct {
 	Scenario  string
 	Strategy  Strategy
 	Instances int
 	Duration  time.Duration // traffic was offered for this long (virtual)
 	Seed      uint64
+	Primary   string // the primary budget's key
 	Dim       spender.Dimension
 	Capacity  int64   // C of the binding dimension
 	Rate      float64 // rho of the binding dimension, per second
@@ -40,15 +45,16 @@ type Result struct {
 	Steady float64
 
 	// OverLimit is the worst window's admitted net cost minus C + rho*t,
-	// as a fraction of C, over every window length and both dimensions
-	// (<= 0: the bound held). OverLease is the same against the lease
-	// bound C + rho*(t + TTL).
+	// as a fraction of C, over every window length, both dimensions and
+	// every budget, each against its own C and rho (<= 0: the bound held).
+	// OverLease is the same against the lease bound C + rho*(t + TTL).
 	OverLimit float64
 	OverLease float64
 	// OverLimitGranted and OverLeaseGranted are the same over the
 	// admissions made from grants only, leaving out those made under the
 	// fallback policy (which invariant 1 does not cover; they are reported
-	// to the allocator as debt). FallbackUnits is what those used.
+	// to the allocator as debt). FallbackUnits is what those used (of the
+	// primary budget).
 	OverLimitGranted float64
 	OverLeaseGranted float64
 	FallbackUnits    float64
@@ -71,7 +77,7 @@ type Result struct {
 	P99        time.Duration
 	MaxWait    time.Duration
 
-	Fallback    int64 // admissions under the fallback policy (leased spenders' metrics)
+	Fallback    int64 // admissions under the fallback policy (leased spenders' metrics: one per budget charged)
 	AllocErrors int64 // calls the allocator answered with an error (refused bodies)
 
 	// Stranded is budget the allocator took out of the global bucket for
@@ -94,6 +100,37 @@ type Result struct {
 	OutageWindow   time.Duration
 
 	Series []Point // one per SeriesStep of traffic
+
+	// Budgets is every budget's own numbers, in the scenario's order
+	// (one for a one-key scenario).
+	Budgets []BudgetResult
+}
+
+// BudgetResult is what a run measured for one budget, in its dimension:
+// the primary budget's fields are also the Result's.
+type BudgetResult struct {
+	Name     string // the budget's key
+	Limits   ration.Limits
+	Dim      spender.Dimension
+	Capacity int64   // C
+	Rate     float64 // rho, per second
+
+	OfferedUnits  float64 // what the offered requests would use
+	AdmittedUnits float64 // what the admitted requests used
+	Allowed       float64 // C + rho*Duration
+	AdmitFrac     float64 // AdmittedUnits / Allowed
+	IdealUnits    float64 // what the ideal admitted: one exact bucket per budget, every request charged to all of its budgets or none
+	VsIdeal       float64 // AdmittedUnits / IdealUnits
+	Steady        float64 // admitted rate over the second half, as a fraction of rho
+
+	OverLimit        float64 // as Result's, for this budget alone
+	OverLease        float64
+	OverLimitGranted float64
+	OverLeaseGranted float64
+	FallbackUnits    float64 // admitted under the fallback policy
+
+	Stranded     float64 // as Result's, for this budget alone
+	StrandedFrac float64
 }
 
 // Point is one time-series bucket, in the binding dimension.

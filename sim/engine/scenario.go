@@ -50,6 +50,11 @@ type Scenario struct {
 	// requests are not limited.
 	Tokens bool
 
+	// Charging is what each request is charged to: its one key (the
+	// default), its API key and its team's shared budget, or an input-token
+	// and an output-token budget. See Budgets.
+	Charging Charging
+
 	// OutageFrom and OutageTo bound an allocator outage as fractions of
 	// the run's duration (both 0: none). During it every call is refused.
 	OutageFrom, OutageTo float64
@@ -75,7 +80,83 @@ func Scenarios() []Scenario {
 		{Name: "outage", About: "Zipf traffic; the allocator is unreachable from 40% to 60% of the run", Skew: Zipf, OutageFrom: 0.4, OutageTo: 0.6},
 		{Name: "lossy", About: "Zipf traffic; 5% of messages lost each way, 5 ms jitter", Skew: Zipf, Loss: 0.05, Jitter: 5 * time.Millisecond},
 		{Name: "tokens", About: "Zipf traffic; TPM-bound, reserve prompt + max_tokens 4096, use ~300 output tokens", Skew: Zipf, Tokens: true},
+		{Name: "tokens-io", About: "the tokens traffic charged to an input budget (ITPM 110,000: the prompt) and an output budget (OTPM 1,090,000: max_tokens 4096, ~300 used)", Skew: Zipf, Tokens: true, Charging: InputOutput},
+		{Name: "team", About: "4 keys (RPM 4000, 3000, 2000, 1000; Zipf shares of the traffic), each request also charged to the team (RPM 6000); key k's traffic Zipf (s = 2) from instance k", Skew: Zipf, ZipfS: 2, Charging: KeyAndTeam},
 	}
+}
+
+// Charging says which budgets each request of a scenario is charged to,
+// all or nothing (spender.Limiter.ReserveAll when there are several).
+type Charging uint8
+
+const (
+	// OneKey charges every request to the run's one key (Config.Limits).
+	OneKey Charging = iota
+	// KeyAndTeam charges each request to its API key, one of TeamKeys with
+	// RPM 2/3, 1/2, 1/3 and 1/6 of Config.Limits.RPM, and to the team's
+	// budget, Config.Limits, which every key shares: the keys' limits sum
+	// to 5/3 of the team's, so the team binds. The keys' shares of the
+	// traffic are Zipf (s = 1.1) and key k's requests arrive on the
+	// scenario's skew rotated to start at instance k mod N.
+	KeyAndTeam
+	// InputOutput charges each request of the tokens traffic to an
+	// input-token budget (ITPM 11/120 of Config.Limits.TPM: reserve the
+	// prompt, settle the prompt) and an output-token budget (OTPM the rest:
+	// reserve max_tokens, settle the output), both per minute. The traffic
+	// is the tokens scenario's, request for request.
+	InputOutput
+)
+
+// TeamKeys is the number of API keys in a KeyAndTeam scenario.
+const TeamKeys = 4
+
+// teamKeyShare is key k's share of the team's RPM, numerator over 6.
+var teamKeyShare = [TeamKeys]int64{4, 3, 2, 1}
+
+// budget is one budget a run charges: a key of the Limiters and the
+// allocator, its limits, and the dimension it is measured in.
+type budget struct {
+	name string
+	lim  ration.Limits
+	dim  spender.Dimension
+}
+
+// budgets returns the budgets of a run of s whose binding limits are lim
+// (Config.Limits), and the index of the primary one: the budget the
+// result's headline numbers are in (the one key; the team; output tokens).
+func (s Scenario) budgets(lim ration.Limits) (bs []budget, primary int) {
+	switch s.Charging {
+	case KeyAndTeam:
+		for k, sh := range teamKeyShare {
+			bs = append(bs, budget{name: fmt.Sprintf("key-%d", k), lim: ration.Limits{RPM: max(1, lim.RPM*sh/6)}, dim: spender.Requests})
+		}
+		return append(bs, budget{name: "team", lim: lim, dim: spender.Requests}), TeamKeys
+	case InputOutput:
+		in := max(1, lim.TPM*11/120)
+		return []budget{
+			{name: "in", lim: ration.Limits{TPM: in}, dim: spender.Tokens},
+			{name: "out", lim: ration.Limits{TPM: max(1, lim.TPM-in)}, dim: spender.Tokens},
+		}, 1
+	}
+	return []budget{{name: key, lim: lim, dim: s.Dim()}}, 0
+}
+
+// keyShares is the expected fraction of the traffic each API key sends
+// (one key: all of it).
+func (s Scenario) keyShares() []float64 {
+	if s.Charging != KeyAndTeam {
+		return []float64{1}
+	}
+	w := make([]float64, TeamKeys)
+	sum := 0.0
+	for k := range w {
+		w[k] = 1 / math.Pow(float64(k+1), 1.1)
+		sum += w[k]
+	}
+	for k := range w {
+		w[k] /= sum
+	}
+	return w
 }
 
 // ScenarioByName returns the named scenario.
@@ -85,7 +166,7 @@ func ScenarioByName(name string) (Scenario, error) {
 			return s, nil
 		}
 	}
-	names := make([]string, 0, 9)
+	names := make([]string, 0, 11)
 	for _, s := range Scenarios() {
 		names = append(names, s.Name)
 	}
@@ -182,13 +263,15 @@ func newRouter(sc Scenario, seed uint64) *router {
 }
 
 // pick returns the instance for a request arriving at t (virtual µs).
-func (r *router) pick(rng *rand.Rand, t int64, live []int32) int32 {
+// rot rotates a Zipf, Fixed or OneHot ranking to start at live[rot mod n]
+// (a team's key k uses rot = k); the other skews ignore it.
+func (r *router) pick(rng *rand.Rand, t int64, live []int32, rot int) int32 {
 	n := len(live)
 	switch r.sc.Skew {
 	case Uniform:
 		return live[rng.IntN(n)]
 	case OneHot:
-		return live[0]
+		return live[rot%n]
 	case Rotate:
 		p := int64(r.sc.period() / time.Microsecond)
 		hot := int((t / p) % int64(n))
@@ -220,10 +303,10 @@ func (r *router) pick(rng *rand.Rand, t int64, live []int32) int32 {
 	u := rng.Float64()
 	for k, c := range r.cum {
 		if u < c {
-			return live[k]
+			return live[(k+rot)%n]
 		}
 	}
-	return live[n-1]
+	return live[(n-1+rot)%n]
 }
 
 // drawBurst chooses the hot quarter for period p from its own stream, so

@@ -8,13 +8,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/internal/leasedrive"
 	"github.com/rationhq/ration/spender"
 )
 
-// key is the one API key every run limits.
+// key is the one API key a one-key run limits.
 const key = "sim-key"
 
 // instance is one gateway of the fleet.
@@ -54,6 +55,13 @@ type sim struct {
 	reqs  []request
 	free  []int32
 	eps   []*endpoint
+
+	budgets  []budget         // what requests are charged to; one for a one-key run
+	primary  int              // the budget the headline numbers are in
+	budgetOf map[string]int32 // budget index by key
+	charges  [maxCharges]spender.Charge
+	driven   [maxCharges]leasedrive.Charge
+	actuals  [maxCharges]ration.Amount
 
 	strat  strategy
 	ledger *allocator.Ledger
@@ -101,15 +109,27 @@ func newSim(cfg Config) (*sim, error) {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	clk := fakeclock.New()
+	bs, primary := cfg.Scenario.budgets(lims)
+	for _, b := range bs {
+		if err := b.lim.Validate(); err != nil {
+			return nil, fmt.Errorf("engine: scenario %s, budget %s: %w", cfg.Scenario.Name, b.name, err)
+		}
+	}
 	s := &sim{
-		cfg:   cfg,
-		ctx:   context.Background(),
-		clk:   clk,
-		start: clk.Now(),
-		end:   int64(cfg.Duration / time.Microsecond),
-		tr:    newTraffic(cfg),
-		nrng:  rand.New(rand.NewPCG(cfg.Seed, 2)),
-		insts: make([]instance, cfg.Instances),
+		cfg:      cfg,
+		ctx:      context.Background(),
+		clk:      clk,
+		start:    clk.Now(),
+		end:      int64(cfg.Duration / time.Microsecond),
+		tr:       newTraffic(cfg, primary),
+		nrng:     rand.New(rand.NewPCG(cfg.Seed, 2)),
+		insts:    make([]instance, cfg.Instances),
+		budgets:  bs,
+		primary:  primary,
+		budgetOf: make(map[string]int32, len(bs)),
+	}
+	for i, b := range bs {
+		s.budgetOf[b.name] = int32(i)
 	}
 	s.stop = s.end + int64((cfg.TTL+cfg.Horizon+5*time.Second)/time.Microsecond)
 	s.outFrom, s.outTo = cfg.Scenario.outage(cfg.Duration)
@@ -219,8 +239,13 @@ func (s *sim) dispatch(e event) {
 		s.settle(e.b)
 	case evShadowSettle:
 		r := &s.reqs[e.b]
-		r.shadow.Settle(r.actual)
-		r.shadow = nil
+		if r.shadowAll != nil {
+			r.shadowAll.Settle(s.actualsOf(r))
+			r.shadowAll = nil
+		} else {
+			r.shadow.Settle(r.ch[0].actual)
+			r.shadow = nil
+		}
 		s.release(e.b)
 	case evParkDeadline:
 		if s.reqs[e.b].parked {
@@ -307,7 +332,7 @@ func (s *sim) alloc() int32 {
 // bucket holds it.
 func (s *sim) release(id int32) {
 	r := &s.reqs[id]
-	if r.decided && r.res == nil && r.shadow == nil {
+	if r.decided && r.res == nil && r.all == nil && r.shadow == nil && r.shadowAll == nil {
 		s.free = append(s.free, id)
 		r.decided = false
 		r.origin = -1
@@ -319,13 +344,20 @@ func (s *sim) arrival() {
 	r := &s.reqs[id]
 	s.tr.fill(r, s.now, s.live)
 	s.col.onOffer(s, r)
-	if res, err := s.shadow.Reserve(s.ctx, key, s.cfg.Limits, r.cost); err == nil {
-		r.shadow = res
+	if r.nch == 1 {
+		b := &s.budgets[r.ch[0].b]
+		if res, err := s.shadow.Reserve(s.ctx, b.name, b.lim, r.ch[0].cost); err == nil {
+			r.shadow = res
+		}
+	} else if rs, err := s.shadow.ReserveAll(s.ctx, s.chargesOf(r)); err == nil {
+		r.shadowAll = rs
+	}
+	if r.shadow != nil || r.shadowAll != nil {
 		s.col.onIdeal(s, r)
 		s.q.push(event{at: s.now + r.service, kind: evShadowSettle, b: id})
 	}
 	if st, ok := s.strat.(*standalone); ok && st.sticky {
-		r.inst = st.owner(s)
+		r.inst = st.owner(s, r.key)
 	}
 	s.insts[r.inst].inflight++
 	s.strat.arrive(s, id)
@@ -335,13 +367,64 @@ func (s *sim) arrival() {
 	s.release(id)
 }
 
-// admit records request id as admitted with res and schedules its
-// settlement.
+// admit records request id, charged to one budget, as admitted with res
+// and schedules its settlement.
 func (s *sim) admit(id int32, res spender.Reservation) {
 	r := &s.reqs[id]
 	r.res, r.decided, r.parked = res, true, false
+	if isFallback(res) {
+		r.fb = 1
+	}
 	s.col.onAdmit(s, r)
 	s.q.push(event{at: s.now + r.service, kind: evSettle, b: id})
+}
+
+// admitAll records request id, charged to several budgets, as admitted
+// with all and schedules its settlement.
+func (s *sim) admitAll(id int32, all multiRes) {
+	r := &s.reqs[id]
+	r.all, r.decided, r.parked = all, true, false
+	if rs, ok := all.(*spender.Reservations); ok {
+		for i := range rs.Len() {
+			if isFallback(rs.Part(i)) {
+				r.fb |= 1 << i
+			}
+		}
+	}
+	s.col.onAdmit(s, r)
+	s.q.push(event{at: s.now + r.service, kind: evSettle, b: id})
+}
+
+// chargesOf returns r's charges as spender.Charges (in a buffer reused by
+// the next call).
+func (s *sim) chargesOf(r *request) []spender.Charge {
+	cs := s.charges[:r.nch]
+	for i, c := range r.charges() {
+		b := &s.budgets[c.b]
+		cs[i] = spender.Charge{Key: b.name, Limits: b.lim, Cost: c.cost}
+	}
+	return cs
+}
+
+// drivenOf returns r's charges as leasedrive.Charges (in a buffer reused
+// by the next call).
+func (s *sim) drivenOf(r *request) []leasedrive.Charge {
+	cs := s.driven[:r.nch]
+	for i, c := range r.charges() {
+		b := &s.budgets[c.b]
+		cs[i] = leasedrive.Charge{Key: b.name, Limits: b.lim, Cost: c.cost}
+	}
+	return cs
+}
+
+// actualsOf returns r's actual usage per charge (in a buffer reused by the
+// next call).
+func (s *sim) actualsOf(r *request) []ration.Amount {
+	as := s.actuals[:r.nch]
+	for i, c := range r.charges() {
+		as[i] = c.actual
+	}
+	return as
 }
 
 // reject records request id as rejected.
@@ -356,8 +439,15 @@ func (s *sim) reject(id int32) {
 
 func (s *sim) settle(id int32) {
 	r := &s.reqs[id]
-	r.res.Settle(r.actual)
-	r.res = nil
+	if r.all != nil {
+		if err := r.all.Settle(s.actualsOf(r)); err != nil {
+			panic(fmt.Sprintf("engine: settling: %v", err)) // one actual per charge, always
+		}
+		r.all = nil
+	} else {
+		r.res.Settle(r.ch[0].actual)
+		r.res = nil
+	}
 	s.col.onSettle(s, r)
 	s.insts[r.inst].inflight--
 	s.checkDrained(r.inst)

@@ -38,11 +38,13 @@ func (standalone) answered(*sim, int32, reply) {}
 func (standalone) failed(*sim, int32)          {}
 func (standalone) refused(*sim, int32)         {}
 
-// owner returns the sticky owner among the live instances.
-func (standalone) owner(s *sim) int32 {
+// owner returns the sticky owner of API key k among the live instances:
+// requests are routed by the key they carry, so a team's keys may have
+// different owners, each holding the team's whole budget.
+func (standalone) owner(s *sim, k int32) int32 {
 	best, bestH := s.live[0], uint64(0)
 	for _, i := range s.live {
-		if h := mix(s.cfg.Seed ^ uint64(i+1)*0x9e3779b97f4a7c15); h >= bestH {
+		if h := mix(s.cfg.Seed ^ uint64(i+1)*0x9e3779b97f4a7c15 ^ uint64(k)*0xc2b2ae3d27d4eb4f); h >= bestH {
 			best, bestH = i, h
 		}
 	}
@@ -51,14 +53,31 @@ func (standalone) owner(s *sim) int32 {
 
 func (st standalone) arrive(s *sim, id int32) {
 	r := &s.reqs[id]
-	lim := s.cfg.Limits
-	if !st.sticky {
-		lim = share(lim, int64(len(s.live)))
-	}
-	res, err := s.insts[r.inst].lim.Reserve(s.ctx, key, lim, r.cost)
-	if err == nil {
-		s.admit(id, res)
-		return
+	n := int64(len(s.live))
+	var err error
+	if r.nch == 1 {
+		b := &s.budgets[r.ch[0].b]
+		lim := b.lim
+		if !st.sticky {
+			lim = share(lim, n)
+		}
+		var res spender.Reservation
+		if res, err = s.insts[r.inst].lim.Reserve(s.ctx, b.name, lim, r.ch[0].cost); err == nil {
+			s.admit(id, res)
+			return
+		}
+	} else {
+		cs := s.chargesOf(r)
+		if !st.sticky {
+			for i := range cs {
+				cs[i].Limits = share(cs[i].Limits, n)
+			}
+		}
+		var rs *spender.Reservations
+		if rs, err = s.insts[r.inst].lim.ReserveAll(s.ctx, cs); err == nil {
+			s.admitAll(id, rs)
+			return
+		}
 	}
 	var rej *spender.RejectError
 	if !errors.As(err, &rej) {

@@ -33,6 +33,28 @@ func ResultsCSV(w io.Writer, rs []*engine.Result) error {
 	return cw.Error()
 }
 
+// BudgetsCSV writes one row per budget of each result (one for a one-key
+// scenario), in the budget's dimension; the primary budget's row repeats
+// the result's own numbers.
+func BudgetsCSV(w io.Writer, rs []*engine.Result) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"scenario", "strategy", "budget", "primary", "dimension", "rpm", "tpm", "capacity", "rate_per_s",
+		"offered_units", "admitted_units", "allowed_units", "admit_frac", "ideal_units", "vs_ideal", "steady_frac",
+		"over_limit_frac_of_c", "over_lease_frac_of_c", "over_limit_granted_frac_of_c", "over_lease_granted_frac_of_c",
+		"fallback_units", "stranded_units", "stranded_frac"})
+	for _, r := range rs {
+		for _, b := range r.Budgets {
+			cw.Write([]string{r.Scenario, string(r.Strategy), b.Name, strconv.FormatBool(b.Name == r.Primary), b.Dim.String(),
+				d(b.Limits.RPM), d(b.Limits.TPM), d(b.Capacity), f(b.Rate),
+				f(b.OfferedUnits), f(b.AdmittedUnits), f(b.Allowed), f(b.AdmitFrac), f(b.IdealUnits), f(b.VsIdeal), f(b.Steady),
+				f(b.OverLimit), f(b.OverLease), f(b.OverLimitGranted), f(b.OverLeaseGranted),
+				f(b.FallbackUnits), f(b.Stranded), f(b.StrandedFrac)})
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
 // InstancesCSV writes each instance's offered and admitted requests and
 // admission probability, per result.
 func InstancesCSV(w io.Writer, rs []*engine.Result) error {

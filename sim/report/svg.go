@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"unicode/utf8"
 )
 
 // A small hand-written SVG plotter: line charts and grouped bar charts,
@@ -142,8 +143,18 @@ func barChart(w io.Writer, title, ylabel string, groups, series []string, colors
 	x, y := frame(w, title, "", ylabel, float64(len(groups)), ymax, false)
 	gw := x(1) - x(0)
 	bw := gw * 0.8 / float64(len(series))
+	// Labels wider than a group (about 6.5 px a character) alternate
+	// between two lines so that neighbours do not run together.
+	stagger := false
+	for _, name := range groups {
+		stagger = stagger || 6.5*float64(utf8.RuneCountInString(name)) > gw
+	}
 	for g, name := range groups {
-		fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x(float64(g))+gw/2, svgH-padB+16, esc(name))
+		ly := svgH - padB + 16
+		if stagger && g%2 == 1 {
+			ly += 14
+		}
+		fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x(float64(g))+gw/2, ly, esc(name))
 		for s := range series {
 			v := values[s][g]
 			if math.IsNaN(v) {

@@ -65,45 +65,132 @@ func resv(r *engine.Result) string {
 	return fmt.Sprintf("%.1f×", float64(r.ReservedTokens)/float64(r.UsedTokens))
 }
 
+// budgetRow is one budget of one result.
+type budgetRow struct {
+	r *engine.Result
+	b *engine.BudgetResult
+}
+
+// budgetColumn is a column of the per-budget table.
+type budgetColumn struct {
+	head string
+	cell func(budgetRow) string
+}
+
+// budgetColumns returns the per-budget table's columns in order.
+func budgetColumns() []budgetColumn {
+	return []budgetColumn{
+		{"scenario", func(x budgetRow) string { return x.r.Scenario }},
+		{"strategy", func(x budgetRow) string { return string(x.r.Strategy) }},
+		{"budget", func(x budgetRow) string { return x.b.Name }},
+		{"limit", func(x budgetRow) string { return limitOf(x.b) }},
+		{"admit%", func(x budgetRow) string { return pct(x.b.AdmitFrac) }},
+		{"vs ideal", func(x budgetRow) string { return pct(x.b.VsIdeal) }},
+		{"steady%ρ", func(x budgetRow) string { return pct(x.b.Steady) }},
+		{"over C+ρt", func(x budgetRow) string { return over(x.b.OverLimit) }},
+		{"over C+ρ(t+TTL)", func(x budgetRow) string { return over(x.b.OverLease) }},
+		{"granted over bound", func(x budgetRow) string { return grantedOver(x.r, x.b) }},
+		{"fallback", func(x budgetRow) string { return fmt.Sprint(x.b.FallbackUnits) }},
+		{"stranded", func(x budgetRow) string { return pct(x.b.StrandedFrac) }},
+	}
+}
+
+// limitOf names a budget's limits, as the gateway's keys file would.
+func limitOf(b *engine.BudgetResult) string {
+	var parts []string
+	if b.Limits.RPM > 0 {
+		parts = append(parts, fmt.Sprintf("RPM %d", b.Limits.RPM))
+	}
+	if b.Limits.TPM > 0 {
+		parts = append(parts, fmt.Sprintf("TPM %d", b.Limits.TPM))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// grantedOver is the worst window of admissions from grants against the
+// strategy's own bound (C + ρ(t+TTL) for leased, C + ρt otherwise), as
+// over shows it; "-" for strategies with no allocator.
+func grantedOver(r *engine.Result, b *engine.BudgetResult) string {
+	switch r.Strategy {
+	case engine.Leased:
+		return over(b.OverLeaseGranted)
+	case engine.LeasedStrict, engine.Central:
+		return over(b.OverLimitGranted)
+	}
+	return "-"
+}
+
 // Table writes an aligned table of rs, or a Markdown table with markdown.
+// When a result has several budgets, a second table follows with one row
+// per budget of those results.
 func Table(w io.Writer, rs []*engine.Result, markdown bool) error {
-	columns := columns()
+	if err := writeTable(w, rs, columns(), markdown); err != nil {
+		return err
+	}
+	var rows []budgetRow
+	for _, r := range rs {
+		if len(r.Budgets) < 2 {
+			continue
+		}
+		for i := range r.Budgets {
+			rows = append(rows, budgetRow{r, &r.Budgets[i]})
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	if _, err := io.WriteString(w, "\n"); err != nil {
+		return err
+	}
+	bcols := budgetColumns()
+	var hs []string
+	for _, c := range bcols {
+		hs = append(hs, c.head)
+	}
+	cells := make([][]string, len(rows))
+	for i, x := range rows {
+		for _, c := range bcols {
+			cells[i] = append(cells[i], c.cell(x))
+		}
+	}
+	return writeCells(w, hs, cells, markdown)
+}
+
+// writeTable writes one row per result.
+func writeTable(w io.Writer, rs []*engine.Result, columns []column, markdown bool) error {
+	var hs []string
+	for _, c := range columns {
+		hs = append(hs, c.head)
+	}
+	cells := make([][]string, len(rs))
+	for i, r := range rs {
+		for _, c := range columns {
+			cells[i] = append(cells[i], c.cell(r))
+		}
+	}
+	return writeCells(w, hs, cells, markdown)
+}
+
+// writeCells writes an aligned table, or a Markdown table with markdown.
+func writeCells(w io.Writer, heads []string, rows [][]string, markdown bool) error {
 	if markdown {
 		var b strings.Builder
 		row := func(cells []string) { b.WriteString("| " + strings.Join(cells, " | ") + " |\n") }
-		heads := make([]string, len(columns))
-		seps := make([]string, len(columns))
-		for i, c := range columns {
-			heads[i], seps[i] = c.head, "---"
+		seps := make([]string, len(heads))
+		for i := range seps {
+			seps[i] = "---"
 		}
 		row(heads)
 		row(seps)
-		for _, r := range rs {
-			cells := make([]string, len(columns))
-			for i, c := range columns {
-				cells[i] = c.cell(r)
-			}
+		for _, cells := range rows {
 			row(cells)
 		}
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	for i, c := range columns {
-		if i > 0 {
-			fmt.Fprint(tw, "\t")
-		}
-		fmt.Fprint(tw, c.head)
-	}
-	fmt.Fprintln(tw, "\t")
-	for _, r := range rs {
-		for i, c := range columns {
-			if i > 0 {
-				fmt.Fprint(tw, "\t")
-			}
-			fmt.Fprint(tw, c.cell(r))
-		}
-		fmt.Fprintln(tw, "\t")
+	for _, cells := range append([][]string{heads}, rows...) {
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
 	}
 	return tw.Flush()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration/sim/engine"
+	"github.com/rationhq/ration/spender"
 )
 
 // color returns a strategy's plot color, fixed so plots compare across files.
@@ -27,16 +28,19 @@ func color(st engine.Strategy) string {
 	return "#ff7f0e" // sticky
 }
 
-// WriteAll writes results.csv, instances.csv, series.csv, one time-series
-// plot per scenario (<scenario>.svg), summary.svg (admitted fraction),
-// fairness.svg (Jain's index) and, when the zipf scenario ran,
-// instances-zipf.svg (admission probability by instance) into dir.
+// WriteAll writes results.csv, budgets.csv, instances.csv, series.csv,
+// one time-series plot per scenario (<scenario>.svg), summary.svg
+// (admitted fraction), fairness.svg (Jain's index), when the zipf
+// scenario ran, instances-zipf.svg (admission probability by instance)
+// and, for each scenario with several budgets, budgets-<scenario>.svg
+// (each budget's admissions against the ideal) into dir.
 func WriteAll(dir string, rs []*engine.Result, scs []engine.Scenario) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	files := map[string]func(io.Writer){
 		"results.csv":   func(w io.Writer) { ResultsCSV(w, rs) },
+		"budgets.csv":   func(w io.Writer) { BudgetsCSV(w, rs) },
 		"instances.csv": func(w io.Writer) { InstancesCSV(w, rs) },
 		"series.csv":    func(w io.Writer) { SeriesCSV(w, rs) },
 		"summary.svg": func(w io.Writer) {
@@ -61,6 +65,9 @@ func WriteAll(dir string, rs []*engine.Result, scs []engine.Scenario) error {
 		files[sc.Name+".svg"] = func(w io.Writer) { timeSeries(w, sc, of) }
 		if sc.Name == "zipf" {
 			files["instances-zipf.svg"] = func(w io.Writer) { perInstance(w, sc, of) }
+		}
+		if len(of[0].Budgets) > 1 {
+			files["budgets-"+sc.Name+".svg"] = func(w io.Writer) { perBudget(w, sc, of) }
 		}
 	}
 	for name, write := range files {
@@ -136,7 +143,7 @@ func timeSeries(w io.Writer, sc engine.Scenario, rs []*engine.Result) {
 		return xs, ys
 	}
 	unit := "requests/s"
-	if sc.Tokens {
+	if r0.Dim == spender.Tokens {
 		unit = "tokens/s"
 	}
 	var ls []line
@@ -148,6 +155,9 @@ func timeSeries(w io.Writer, sc engine.Scenario, rs []*engine.Result) {
 		ls = append(ls, line{name: string(r.Strategy), color: color(r.Strategy), xs: xs, ys: ys})
 	}
 	title := fmt.Sprintf("%s: admitted %s (N=%d, seed %d)", sc.Name, unit, r0.Instances, r0.Seed)
+	if len(r0.Budgets) > 1 {
+		title = fmt.Sprintf("%s: admitted %s of budget %s (N=%d, seed %d)", sc.Name, unit, r0.Primary, r0.Instances, r0.Seed)
+	}
 	lineChart(w, title, "virtual time (s)", unit, r0.Duration.Seconds(), ls)
 }
 
@@ -171,4 +181,23 @@ func perInstance(w io.Writer, sc engine.Scenario, rs []*engine.Result) {
 		}
 	}
 	barChart(w, sc.Name+": admission probability by instance (0 gets the most traffic)", "admitted / offered", groups, names, cols, vals, 1)
+}
+
+// perBudget plots each budget's admissions as a percentage of what the
+// ideal (one exact bucket per budget) admitted, by strategy.
+func perBudget(w io.Writer, sc engine.Scenario, rs []*engine.Result) {
+	var groups []string
+	for _, b := range rs[0].Budgets {
+		groups = append(groups, b.Name)
+	}
+	var names, cols []string
+	vals := make([][]float64, len(rs))
+	for s, r := range rs {
+		names, cols = append(names, string(r.Strategy)), append(cols, color(r.Strategy))
+		vals[s] = make([]float64, len(groups))
+		for i, b := range r.Budgets {
+			vals[s][i] = 100 * b.VsIdeal
+		}
+	}
+	barChart(w, sc.Name+": admitted per budget, % of one exact bucket per budget", "% of the ideal", groups, names, cols, vals, 0)
 }
