@@ -16,11 +16,15 @@ import (
 //
 // Names, all prefixed ration_spender_:
 //
-//	admitted_total{path}           admissions; path is local (from a lease or
-//	                               the standalone buckets), slow (after an
-//	                               allocator call), fallback, or ahead (wait mode
-//	                               via the allocator)
-//	rejected_total{reason}         rejections: rate_limited, oversize, fail_closed
+//	admitted_total{path}           admissions, one per budget a request is
+//	                               charged to (ReserveAll: one per charge);
+//	                               path is local (from a lease or the
+//	                               standalone buckets), slow (after an
+//	                               allocator call), fallback, or ahead (wait
+//	                               mode via the allocator)
+//	rejected_total{reason}         rejections, one per refused request (its
+//	                               budgets together): rate_limited, oversize,
+//	                               fail_closed
 //	lease_calls_total{method,result}  allocator calls: Acquire, ReserveAhead,
 //	                               Release; result ok or error (each attempt)
 //	lease_call_seconds{method}     allocator call latency (successful attempts)
@@ -45,7 +49,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	const ns, sub = "ration", "spender"
 	admitted := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "admitted_total",
-		Help: "Requests admitted, by path: local, slow, fallback, ahead."}, []string{"path"})
+		Help: "Admissions, one per budget a request is charged to, by path: local, slow, fallback, ahead."}, []string{"path"})
 	rejected := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_total",
 		Help: "Requests rejected, by reason: rate_limited, oversize, fail_closed."}, []string{"reason"})
 	returned := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "returned_total",
