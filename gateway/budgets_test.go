@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,7 +57,7 @@ func TestKeysFileBudgets(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no principal", tc.secret)
 		}
-		if !equalBudgets(p.Budgets, tc.budgets) || len(p.Models) != len(tc.models) || !equalBudgets(p.Models["gpt-4o"], tc.models["gpt-4o"]) {
+		if !slices.Equal(p.Budgets, tc.budgets) || len(p.Models) != len(tc.models) || !slices.Equal(p.Models["gpt-4o"], tc.models["gpt-4o"]) {
 			t.Errorf("%s: budgets %+v models %+v\nwant %+v %+v", tc.secret, p.Budgets, p.Models, tc.budgets, tc.models)
 		}
 	}
@@ -68,18 +69,6 @@ func TestKeysFileBudgets(t *testing.T) {
 	if p, _ := old.Principal("sk-1"); p.Budgets != nil || p.Models != nil || p.Limits != (ration.Limits{RPM: 6, TPM: 600}) {
 		t.Errorf("array form: %+v; want the key's own limits alone", p)
 	}
-}
-
-func equalBudgets(a, b []spenderhttp.Budget) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestKeysFileBudgetMistakes: bad tables and clashing budget ids are
