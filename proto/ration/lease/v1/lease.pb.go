@@ -388,7 +388,13 @@ type KeyAcquire struct {
 	Held *Amount `protobuf:"bytes,7,opt,name=held,proto3" json:"held,omitempty"`
 	// Overrun since the last call: actual usage above what was reserved,
 	// already admitted. Charged to the key's buckets even below zero.
-	Debt          *Amount `protobuf:"bytes,8,opt,name=debt,proto3" json:"debt,omitempty"`
+	Debt *Amount `protobuf:"bytes,8,opt,name=debt,proto3" json:"debt,omitempty"`
+	// What the spender's traffic asked of this key per minute, admitted or
+	// refused (requests per minute, tokens per minute). A spender that sends a
+	// demand takes a refill share (KeyGrant.share) and applies its rules; 0 in
+	// both dimensions = no share (a spender that predates shares, or a key
+	// with no traffic), and any share it held is given back.
+	Demand        *Amount `protobuf:"bytes,9,opt,name=demand,proto3" json:"demand,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -479,6 +485,13 @@ func (x *KeyAcquire) GetDebt() *Amount {
 	return nil
 }
 
+func (x *KeyAcquire) GetDemand() *Amount {
+	if x != nil {
+		return x.Demand
+	}
+	return nil
+}
+
 // AcquireResponse answers an AcquireRequest.
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -558,8 +571,19 @@ type KeyGrant struct {
 	// Spenders holding an unexpired lease on the key, this one included.
 	// A spender that loses the allocator falls back to limit / active_spenders.
 	ActiveSpenders uint32 `protobuf:"varint,7,opt,name=active_spenders,json=activeSpenders,proto3" json:"active_spenders,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The refill share granted with this answer, replacing any earlier one:
+	// from receipt until first send + lease_ttl_us the spender adds
+	// share x the key's refill rate to its unspent lease, continuously,
+	// except while a call carrying the key is in flight (first send to
+	// receipt) and while its unspent lease plus unsettled requests are at or
+	// above share_burst. Unset or 0 = no share. Only when the request sent a
+	// demand.
+	Share *Share `protobuf:"bytes,8,opt,name=share,proto3" json:"share,omitempty"`
+	// The share's burst: accrual stops while the spender's unspent lease plus
+	// unsettled requests on the key reach this (requests, tokens).
+	ShareBurst    *Amount `protobuf:"bytes,9,opt,name=share_burst,json=shareBurst,proto3" json:"share_burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *KeyGrant) Reset() {
@@ -641,6 +665,75 @@ func (x *KeyGrant) GetActiveSpenders() uint32 {
 	return 0
 }
 
+func (x *KeyGrant) GetShare() *Share {
+	if x != nil {
+		return x.Share
+	}
+	return nil
+}
+
+func (x *KeyGrant) GetShareBurst() *Amount {
+	if x != nil {
+		return x.ShareBurst
+	}
+	return nil
+}
+
+// Share is a fraction of a key's refill rate, per dimension, in millionths
+// (0 to 1,000,000). A spender holding requests_ppm = 250000 on a key of
+// 6000 requests per minute adds 1500 requests per minute to its lease.
+type Share struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestsPpm   uint32                 `protobuf:"varint,1,opt,name=requests_ppm,json=requestsPpm,proto3" json:"requests_ppm,omitempty"`
+	TokensPpm     uint32                 `protobuf:"varint,2,opt,name=tokens_ppm,json=tokensPpm,proto3" json:"tokens_ppm,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Share) Reset() {
+	*x = Share{}
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Share) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Share) ProtoMessage() {}
+
+func (x *Share) ProtoReflect() protoreflect.Message {
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Share.ProtoReflect.Descriptor instead.
+func (*Share) Descriptor() ([]byte, []int) {
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Share) GetRequestsPpm() uint32 {
+	if x != nil {
+		return x.RequestsPpm
+	}
+	return 0
+}
+
+func (x *Share) GetTokensPpm() uint32 {
+	if x != nil {
+		return x.TokensPpm
+	}
+	return 0
+}
+
 // Snapshot is a key's global state in both dimensions.
 type Snapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -652,7 +745,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[7]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +757,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[7]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +770,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{7}
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Snapshot) GetRequests() *DimSnapshot {
@@ -710,7 +803,7 @@ type DimSnapshot struct {
 
 func (x *DimSnapshot) Reset() {
 	*x = DimSnapshot{}
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[8]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +815,7 @@ func (x *DimSnapshot) String() string {
 func (*DimSnapshot) ProtoMessage() {}
 
 func (x *DimSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[8]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +828,7 @@ func (x *DimSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DimSnapshot.ProtoReflect.Descriptor instead.
 func (*DimSnapshot) Descriptor() ([]byte, []int) {
-	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{8}
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DimSnapshot) GetLimit() int64 {
@@ -771,7 +864,7 @@ type ReserveAheadRequest struct {
 
 func (x *ReserveAheadRequest) Reset() {
 	*x = ReserveAheadRequest{}
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[9]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +876,7 @@ func (x *ReserveAheadRequest) String() string {
 func (*ReserveAheadRequest) ProtoMessage() {}
 
 func (x *ReserveAheadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[9]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +889,7 @@ func (x *ReserveAheadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveAheadRequest.ProtoReflect.Descriptor instead.
 func (*ReserveAheadRequest) Descriptor() ([]byte, []int) {
-	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{9}
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReserveAheadRequest) GetCaller() *Caller {
@@ -830,7 +923,7 @@ type KeyReserve struct {
 
 func (x *KeyReserve) Reset() {
 	*x = KeyReserve{}
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[10]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +935,7 @@ func (x *KeyReserve) String() string {
 func (*KeyReserve) ProtoMessage() {}
 
 func (x *KeyReserve) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[10]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +948,7 @@ func (x *KeyReserve) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyReserve.ProtoReflect.Descriptor instead.
 func (*KeyReserve) Descriptor() ([]byte, []int) {
-	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{10}
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KeyReserve) GetKey() string {
@@ -900,7 +993,7 @@ type ReserveAheadResponse struct {
 
 func (x *ReserveAheadResponse) Reset() {
 	*x = ReserveAheadResponse{}
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[11]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1005,7 @@ func (x *ReserveAheadResponse) String() string {
 func (*ReserveAheadResponse) ProtoMessage() {}
 
 func (x *ReserveAheadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[11]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1018,7 @@ func (x *ReserveAheadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReserveAheadResponse.ProtoReflect.Descriptor instead.
 func (*ReserveAheadResponse) Descriptor() ([]byte, []int) {
-	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{11}
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReserveAheadResponse) GetKeys() []*KeyReservation {
@@ -964,7 +1057,7 @@ type KeyReservation struct {
 
 func (x *KeyReservation) Reset() {
 	*x = KeyReservation{}
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[12]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1069,7 @@ func (x *KeyReservation) String() string {
 func (*KeyReservation) ProtoMessage() {}
 
 func (x *KeyReservation) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[12]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1082,7 @@ func (x *KeyReservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyReservation.ProtoReflect.Descriptor instead.
 func (*KeyReservation) Descriptor() ([]byte, []int) {
-	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{12}
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KeyReservation) GetStatus() GrantStatus {
@@ -1040,7 +1133,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[13]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1145,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[13]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1158,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{13}
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReleaseRequest) GetCaller() *Caller {
@@ -1100,7 +1193,7 @@ type KeyRelease struct {
 
 func (x *KeyRelease) Reset() {
 	*x = KeyRelease{}
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[14]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +1205,7 @@ func (x *KeyRelease) String() string {
 func (*KeyRelease) ProtoMessage() {}
 
 func (x *KeyRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[14]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +1218,7 @@ func (x *KeyRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRelease.ProtoReflect.Descriptor instead.
 func (*KeyRelease) Descriptor() ([]byte, []int) {
-	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{14}
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KeyRelease) GetKey() string {
@@ -1167,7 +1260,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[15]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1272,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_ration_lease_v1_lease_proto_msgTypes[15]
+	mi := &file_ration_lease_v1_lease_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1285,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{15}
+	return file_ration_lease_v1_lease_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseResponse) GetReturned() []*Amount {
@@ -1223,7 +1316,7 @@ const file_ration_lease_v1_lease_proto_rawDesc = "" +
 	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\"r\n" +
 	"\x0eAcquireRequest\x12/\n" +
 	"\x06caller\x18\x01 \x01(\v2\x17.ration.lease.v1.CallerR\x06caller\x12/\n" +
-	"\x04keys\x18\x02 \x03(\v2\x1b.ration.lease.v1.KeyAcquireR\x04keys\"\xf0\x02\n" +
+	"\x04keys\x18\x02 \x03(\v2\x1b.ration.lease.v1.KeyAcquireR\x04keys\"\xa1\x03\n" +
 	"\n" +
 	"KeyAcquire\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
@@ -1234,11 +1327,12 @@ const file_ration_lease_v1_lease_proto_rawDesc = "" +
 	"spend_rate\x18\x05 \x01(\v2\x17.ration.lease.v1.AmountR\tspendRate\x123\n" +
 	"\breturned\x18\x06 \x01(\v2\x17.ration.lease.v1.AmountR\breturned\x12+\n" +
 	"\x04held\x18\a \x01(\v2\x17.ration.lease.v1.AmountR\x04held\x12+\n" +
-	"\x04debt\x18\b \x01(\v2\x17.ration.lease.v1.AmountR\x04debt\"b\n" +
+	"\x04debt\x18\b \x01(\v2\x17.ration.lease.v1.AmountR\x04debt\x12/\n" +
+	"\x06demand\x18\t \x01(\v2\x17.ration.lease.v1.AmountR\x06demand\"b\n" +
 	"\x0fAcquireResponse\x12-\n" +
 	"\x04keys\x18\x01 \x03(\v2\x19.ration.lease.v1.KeyGrantR\x04keys\x12 \n" +
 	"\flease_ttl_us\x18\x02 \x01(\x03R\n" +
-	"leaseTtlUs\"\xdb\x02\n" +
+	"leaseTtlUs\"\xc3\x03\n" +
 	"\bKeyGrant\x124\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1c.ration.lease.v1.GrantStatusR\x06status\x121\n" +
 	"\agranted\x18\x02 \x01(\v2\x17.ration.lease.v1.AmountR\agranted\x123\n" +
@@ -1246,7 +1340,14 @@ const file_ration_lease_v1_lease_proto_rawDesc = "" +
 	"\x04held\x18\x04 \x01(\v2\x17.ration.lease.v1.AmountR\x04held\x12$\n" +
 	"\x0eretry_after_us\x18\x05 \x01(\x03R\fretryAfterUs\x125\n" +
 	"\bsnapshot\x18\x06 \x01(\v2\x19.ration.lease.v1.SnapshotR\bsnapshot\x12'\n" +
-	"\x0factive_spenders\x18\a \x01(\rR\x0eactiveSpenders\"z\n" +
+	"\x0factive_spenders\x18\a \x01(\rR\x0eactiveSpenders\x12,\n" +
+	"\x05share\x18\b \x01(\v2\x16.ration.lease.v1.ShareR\x05share\x128\n" +
+	"\vshare_burst\x18\t \x01(\v2\x17.ration.lease.v1.AmountR\n" +
+	"shareBurst\"I\n" +
+	"\x05Share\x12!\n" +
+	"\frequests_ppm\x18\x01 \x01(\rR\vrequestsPpm\x12\x1d\n" +
+	"\n" +
+	"tokens_ppm\x18\x02 \x01(\rR\ttokensPpm\"z\n" +
 	"\bSnapshot\x128\n" +
 	"\brequests\x18\x01 \x01(\v2\x1c.ration.lease.v1.DimSnapshotR\brequests\x124\n" +
 	"\x06tokens\x18\x02 \x01(\v2\x1c.ration.lease.v1.DimSnapshotR\x06tokens\"\\\n" +
@@ -1308,7 +1409,7 @@ func file_ration_lease_v1_lease_proto_rawDescGZIP() []byte {
 }
 
 var file_ration_lease_v1_lease_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ration_lease_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ration_lease_v1_lease_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_ration_lease_v1_lease_proto_goTypes = []any{
 	(GrantStatus)(0),             // 0: ration.lease.v1.GrantStatus
 	(*Caller)(nil),               // 1: ration.lease.v1.Caller
@@ -1318,15 +1419,16 @@ var file_ration_lease_v1_lease_proto_goTypes = []any{
 	(*KeyAcquire)(nil),           // 5: ration.lease.v1.KeyAcquire
 	(*AcquireResponse)(nil),      // 6: ration.lease.v1.AcquireResponse
 	(*KeyGrant)(nil),             // 7: ration.lease.v1.KeyGrant
-	(*Snapshot)(nil),             // 8: ration.lease.v1.Snapshot
-	(*DimSnapshot)(nil),          // 9: ration.lease.v1.DimSnapshot
-	(*ReserveAheadRequest)(nil),  // 10: ration.lease.v1.ReserveAheadRequest
-	(*KeyReserve)(nil),           // 11: ration.lease.v1.KeyReserve
-	(*ReserveAheadResponse)(nil), // 12: ration.lease.v1.ReserveAheadResponse
-	(*KeyReservation)(nil),       // 13: ration.lease.v1.KeyReservation
-	(*ReleaseRequest)(nil),       // 14: ration.lease.v1.ReleaseRequest
-	(*KeyRelease)(nil),           // 15: ration.lease.v1.KeyRelease
-	(*ReleaseResponse)(nil),      // 16: ration.lease.v1.ReleaseResponse
+	(*Share)(nil),                // 8: ration.lease.v1.Share
+	(*Snapshot)(nil),             // 9: ration.lease.v1.Snapshot
+	(*DimSnapshot)(nil),          // 10: ration.lease.v1.DimSnapshot
+	(*ReserveAheadRequest)(nil),  // 11: ration.lease.v1.ReserveAheadRequest
+	(*KeyReserve)(nil),           // 12: ration.lease.v1.KeyReserve
+	(*ReserveAheadResponse)(nil), // 13: ration.lease.v1.ReserveAheadResponse
+	(*KeyReservation)(nil),       // 14: ration.lease.v1.KeyReservation
+	(*ReleaseRequest)(nil),       // 15: ration.lease.v1.ReleaseRequest
+	(*KeyRelease)(nil),           // 16: ration.lease.v1.KeyRelease
+	(*ReleaseResponse)(nil),      // 17: ration.lease.v1.ReleaseResponse
 }
 var file_ration_lease_v1_lease_proto_depIdxs = []int32{
 	1,  // 0: ration.lease.v1.AcquireRequest.caller:type_name -> ration.lease.v1.Caller
@@ -1338,39 +1440,42 @@ var file_ration_lease_v1_lease_proto_depIdxs = []int32{
 	3,  // 6: ration.lease.v1.KeyAcquire.returned:type_name -> ration.lease.v1.Amount
 	3,  // 7: ration.lease.v1.KeyAcquire.held:type_name -> ration.lease.v1.Amount
 	3,  // 8: ration.lease.v1.KeyAcquire.debt:type_name -> ration.lease.v1.Amount
-	7,  // 9: ration.lease.v1.AcquireResponse.keys:type_name -> ration.lease.v1.KeyGrant
-	0,  // 10: ration.lease.v1.KeyGrant.status:type_name -> ration.lease.v1.GrantStatus
-	3,  // 11: ration.lease.v1.KeyGrant.granted:type_name -> ration.lease.v1.Amount
-	3,  // 12: ration.lease.v1.KeyGrant.returned:type_name -> ration.lease.v1.Amount
-	3,  // 13: ration.lease.v1.KeyGrant.held:type_name -> ration.lease.v1.Amount
-	8,  // 14: ration.lease.v1.KeyGrant.snapshot:type_name -> ration.lease.v1.Snapshot
-	9,  // 15: ration.lease.v1.Snapshot.requests:type_name -> ration.lease.v1.DimSnapshot
-	9,  // 16: ration.lease.v1.Snapshot.tokens:type_name -> ration.lease.v1.DimSnapshot
-	1,  // 17: ration.lease.v1.ReserveAheadRequest.caller:type_name -> ration.lease.v1.Caller
-	11, // 18: ration.lease.v1.ReserveAheadRequest.keys:type_name -> ration.lease.v1.KeyReserve
-	2,  // 19: ration.lease.v1.KeyReserve.limits:type_name -> ration.lease.v1.Limits
-	3,  // 20: ration.lease.v1.KeyReserve.cost:type_name -> ration.lease.v1.Amount
-	13, // 21: ration.lease.v1.ReserveAheadResponse.keys:type_name -> ration.lease.v1.KeyReservation
-	0,  // 22: ration.lease.v1.KeyReservation.status:type_name -> ration.lease.v1.GrantStatus
-	3,  // 23: ration.lease.v1.KeyReservation.held:type_name -> ration.lease.v1.Amount
-	8,  // 24: ration.lease.v1.KeyReservation.snapshot:type_name -> ration.lease.v1.Snapshot
-	1,  // 25: ration.lease.v1.ReleaseRequest.caller:type_name -> ration.lease.v1.Caller
-	15, // 26: ration.lease.v1.ReleaseRequest.keys:type_name -> ration.lease.v1.KeyRelease
-	2,  // 27: ration.lease.v1.KeyRelease.limits:type_name -> ration.lease.v1.Limits
-	3,  // 28: ration.lease.v1.KeyRelease.returned:type_name -> ration.lease.v1.Amount
-	3,  // 29: ration.lease.v1.KeyRelease.debt:type_name -> ration.lease.v1.Amount
-	3,  // 30: ration.lease.v1.ReleaseResponse.returned:type_name -> ration.lease.v1.Amount
-	4,  // 31: ration.lease.v1.LeaseService.Acquire:input_type -> ration.lease.v1.AcquireRequest
-	10, // 32: ration.lease.v1.LeaseService.ReserveAhead:input_type -> ration.lease.v1.ReserveAheadRequest
-	14, // 33: ration.lease.v1.LeaseService.Release:input_type -> ration.lease.v1.ReleaseRequest
-	6,  // 34: ration.lease.v1.LeaseService.Acquire:output_type -> ration.lease.v1.AcquireResponse
-	12, // 35: ration.lease.v1.LeaseService.ReserveAhead:output_type -> ration.lease.v1.ReserveAheadResponse
-	16, // 36: ration.lease.v1.LeaseService.Release:output_type -> ration.lease.v1.ReleaseResponse
-	34, // [34:37] is the sub-list for method output_type
-	31, // [31:34] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	3,  // 9: ration.lease.v1.KeyAcquire.demand:type_name -> ration.lease.v1.Amount
+	7,  // 10: ration.lease.v1.AcquireResponse.keys:type_name -> ration.lease.v1.KeyGrant
+	0,  // 11: ration.lease.v1.KeyGrant.status:type_name -> ration.lease.v1.GrantStatus
+	3,  // 12: ration.lease.v1.KeyGrant.granted:type_name -> ration.lease.v1.Amount
+	3,  // 13: ration.lease.v1.KeyGrant.returned:type_name -> ration.lease.v1.Amount
+	3,  // 14: ration.lease.v1.KeyGrant.held:type_name -> ration.lease.v1.Amount
+	9,  // 15: ration.lease.v1.KeyGrant.snapshot:type_name -> ration.lease.v1.Snapshot
+	8,  // 16: ration.lease.v1.KeyGrant.share:type_name -> ration.lease.v1.Share
+	3,  // 17: ration.lease.v1.KeyGrant.share_burst:type_name -> ration.lease.v1.Amount
+	10, // 18: ration.lease.v1.Snapshot.requests:type_name -> ration.lease.v1.DimSnapshot
+	10, // 19: ration.lease.v1.Snapshot.tokens:type_name -> ration.lease.v1.DimSnapshot
+	1,  // 20: ration.lease.v1.ReserveAheadRequest.caller:type_name -> ration.lease.v1.Caller
+	12, // 21: ration.lease.v1.ReserveAheadRequest.keys:type_name -> ration.lease.v1.KeyReserve
+	2,  // 22: ration.lease.v1.KeyReserve.limits:type_name -> ration.lease.v1.Limits
+	3,  // 23: ration.lease.v1.KeyReserve.cost:type_name -> ration.lease.v1.Amount
+	14, // 24: ration.lease.v1.ReserveAheadResponse.keys:type_name -> ration.lease.v1.KeyReservation
+	0,  // 25: ration.lease.v1.KeyReservation.status:type_name -> ration.lease.v1.GrantStatus
+	3,  // 26: ration.lease.v1.KeyReservation.held:type_name -> ration.lease.v1.Amount
+	9,  // 27: ration.lease.v1.KeyReservation.snapshot:type_name -> ration.lease.v1.Snapshot
+	1,  // 28: ration.lease.v1.ReleaseRequest.caller:type_name -> ration.lease.v1.Caller
+	16, // 29: ration.lease.v1.ReleaseRequest.keys:type_name -> ration.lease.v1.KeyRelease
+	2,  // 30: ration.lease.v1.KeyRelease.limits:type_name -> ration.lease.v1.Limits
+	3,  // 31: ration.lease.v1.KeyRelease.returned:type_name -> ration.lease.v1.Amount
+	3,  // 32: ration.lease.v1.KeyRelease.debt:type_name -> ration.lease.v1.Amount
+	3,  // 33: ration.lease.v1.ReleaseResponse.returned:type_name -> ration.lease.v1.Amount
+	4,  // 34: ration.lease.v1.LeaseService.Acquire:input_type -> ration.lease.v1.AcquireRequest
+	11, // 35: ration.lease.v1.LeaseService.ReserveAhead:input_type -> ration.lease.v1.ReserveAheadRequest
+	15, // 36: ration.lease.v1.LeaseService.Release:input_type -> ration.lease.v1.ReleaseRequest
+	6,  // 37: ration.lease.v1.LeaseService.Acquire:output_type -> ration.lease.v1.AcquireResponse
+	13, // 38: ration.lease.v1.LeaseService.ReserveAhead:output_type -> ration.lease.v1.ReserveAheadResponse
+	17, // 39: ration.lease.v1.LeaseService.Release:output_type -> ration.lease.v1.ReleaseResponse
+	37, // [37:40] is the sub-list for method output_type
+	34, // [34:37] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_ration_lease_v1_lease_proto_init() }
@@ -1384,7 +1489,7 @@ func file_ration_lease_v1_lease_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ration_lease_v1_lease_proto_rawDesc), len(file_ration_lease_v1_lease_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
