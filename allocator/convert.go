@@ -44,7 +44,8 @@ func acquireKeysOf(req *leasev1.AcquireRequest) []AcquireKey {
 	for i, k := range in {
 		out[i] = AcquireKey{Key: k.GetKey(), Limits: limitsOf(k.GetLimits()),
 			Want: amountOf(k.GetWant()), Need: amountOf(k.GetNeed()), SpendRate: amountOf(k.GetSpendRate()),
-			Returned: amountOf(k.GetReturned()), Held: amountOf(k.GetHeld()), Debt: amountOf(k.GetDebt())}
+			Returned: amountOf(k.GetReturned()), Held: amountOf(k.GetHeld()), Debt: amountOf(k.GetDebt()),
+			Demand: amountOf(k.GetDemand())}
 	}
 	return out
 }
@@ -127,7 +128,7 @@ func statusOf(s Status) leasev1.GrantStatus {
 
 func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
 	n := len(r.Keys)
-	p := newProtoAlloc(3*n, n)
+	p := newProtoAlloc(4*n, n) // granted, returned, held, share_burst
 	res := make([]leasev1.KeyGrant, n)
 	ptrs := make([]*leasev1.KeyGrant, n)
 	for i := range r.Keys {
@@ -138,6 +139,10 @@ func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
 		g.RetryAfterUs = us(x.RetryAfter)
 		g.Snapshot = p.snapshot(x.Snapshot)
 		g.ActiveSpenders = uint32(x.ActiveSpenders)
+		if !x.Share.Zero() {
+			g.Share = &leasev1.Share{RequestsPpm: x.Share.Requests, TokensPpm: x.Share.Tokens}
+			g.ShareBurst = p.amount(x.ShareBurst)
+		}
 		ptrs[i] = g
 	}
 	return &leasev1.AcquireResponse{Keys: ptrs, LeaseTtlUs: us(r.LeaseTTL)}

@@ -45,12 +45,20 @@ func (d digest) limits(l ration.Limits) digest {
 	return d.u64(uint64(l.RPM)).u64(uint64(l.TPM)).u64(uint64(l.BurstRequests)).u64(uint64(l.BurstTokens)).u64(uint64(l.Window))
 }
 
+// digestDemand marks a key's demand in an Acquire digest.
+const digestDemand = 0xde3a4d
+
 func digestAcquire(keys []AcquireKey) digest {
 	d := newDigest(kindAcquire).u64(uint64(len(keys)))
 	for i := range keys {
 		k := &keys[i]
 		d = d.str(k.Key).limits(k.Limits).amount(k.Want).amount(k.Need).amount(k.SpendRate).
 			amount(k.Returned).amount(k.Held).amount(k.Debt)
+		if k.Demand != (ration.Amount{}) {
+			// Only when sent: a call without shares digests as it always did,
+			// so retries of calls stored before shares existed still match.
+			d = d.u64(digestDemand).amount(k.Demand)
+		}
 	}
 	return d
 }

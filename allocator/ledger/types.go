@@ -54,6 +54,9 @@ type AcquireKey struct {
 	Returned  ration.Amount // given back, credited up to the holding
 	Held      ration.Amount // still held after Returned: unspent plus unsettled
 	Debt      ration.Amount // overrun already admitted, charged even below zero
+	// Demand is what the spender's traffic asked per minute, admitted or
+	// refused; a spender that sends one takes a refill share. 0 = no share.
+	Demand ration.Amount
 }
 
 // DimSnapshot is one dimension of a key's global state; all zero when the
@@ -79,6 +82,8 @@ type AcquireResult struct {
 	RetryAfter     time.Duration // with StatusNotCovered: from receipt until Need is covered
 	Snapshot       Snapshot      // the key after the call
 	ActiveSpenders int           // spenders with an unexpired lease, the caller included
+	Share          ration.Share  // the refill share until the lease ends; zero without a Demand
+	ShareBurst     ration.Amount // accrual stops while the spender holds this much
 }
 
 // AcquireReply answers Acquire: Keys[i] answers request key i.

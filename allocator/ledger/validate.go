@@ -83,7 +83,7 @@ func validateAcquire(c Caller, keys []AcquireKey) error {
 		for _, a := range []struct {
 			name string
 			v    ration.Amount
-		}{{"want", k.Want}, {"need", k.Need}, {"spend_rate", k.SpendRate}, {"returned", k.Returned}, {"held", k.Held}, {"debt", k.Debt}} {
+		}{{"want", k.Want}, {"need", k.Need}, {"spend_rate", k.SpendRate}, {"returned", k.Returned}, {"held", k.Held}, {"debt", k.Debt}, {"demand", k.Demand}} {
 			if err := validateAmount(i, a.name, a.v); err != nil {
 				return err
 			}

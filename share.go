@@ -1,0 +1,87 @@
+package ration
+
+import (
+	"math/bits"
+	"time"
+)
+
+// ShareUnit is a whole refill rate in a Share's unit: a share is counted in
+// millionths of a key's refill rate.
+const ShareUnit = 1_000_000
+
+// Share is a fraction of a key's refill rate, per dimension, in millionths
+// (0 to ShareUnit): the rate at which an allocator lets one spender refill
+// its own lease. Requests = 250000 on a key of 6000 requests per minute is
+// 1500 requests per minute. 0 = no share in that dimension.
+type Share struct {
+	Requests uint32
+	Tokens   uint32
+}
+
+// Zero reports whether s shares nothing.
+func (s Share) Zero() bool { return s == Share{} }
+
+// Accrued returns what share s of l's refill rate adds over d: whole units
+// per dimension, rounded up when up is true (the allocator's count of what a
+// spender may have added, an upper bound) and down otherwise (what a spender
+// adds, a lower bound). An unlimited dimension, a zero share or d <= 0
+// accrues 0. The result saturates at MaxAmount.
+func (l Limits) Accrued(s Share, d time.Duration, up bool) Amount {
+	if d <= 0 {
+		return Amount{}
+	}
+	p := l.Period()
+	return Amount{Requests: accrued(l.RPM, s.Requests, d, p, up), Tokens: accrued(l.TPM, s.Tokens, d, p, up)}
+}
+
+// accrued is rate × ppm/ShareUnit × d/period, rounded as asked, exact: the
+// numerator is at most 10^12 × 10^6 × d in microseconds, which 128 bits hold.
+func accrued(rate int64, ppm uint32, d, period time.Duration, up bool) int64 {
+	if rate <= 0 || ppm == 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(rate)*uint64(ppm), uint64(d/time.Microsecond))
+	div := uint64(period/time.Microsecond) * ShareUnit
+	if hi >= div {
+		return MaxAmount
+	}
+	q, r := bits.Div64(hi, lo, div)
+	if up && r != 0 {
+		q++
+	}
+	return int64(min(q, MaxAmount))
+}
+
+// AccrualTime returns how long share s of l's refill rate takes to add n
+// (whole units per dimension, the longer of the two), rounded up to the
+// microsecond; ok is false when a dimension with n > 0 has no share, so
+// the share never covers it.
+func (l Limits) AccrualTime(s Share, n Amount) (d time.Duration, ok bool) {
+	p := l.Period()
+	dr, okr := accrualTime(l.RPM, s.Requests, n.Requests, p)
+	dt, okt := accrualTime(l.TPM, s.Tokens, n.Tokens, p)
+	return max(dr, dt), okr && okt
+}
+
+func accrualTime(rate int64, ppm uint32, n int64, period time.Duration) (time.Duration, bool) {
+	if rate <= 0 || n <= 0 {
+		return 0, true
+	}
+	if ppm == 0 {
+		return 0, false
+	}
+	// n × period × ShareUnit / (rate × ppm) microseconds, rounded up.
+	hi, lo := bits.Mul64(uint64(n), uint64(period/time.Microsecond)*ShareUnit)
+	div := uint64(rate) * uint64(ppm)
+	if hi >= div {
+		return 1<<63 - 1, true
+	}
+	q, r := bits.Div64(hi, lo, div)
+	if r != 0 {
+		q++
+	}
+	if q > uint64(1<<63-1)/uint64(time.Microsecond) {
+		return 1<<63 - 1, true
+	}
+	return time.Duration(q) * time.Microsecond, true
+}

@@ -1,0 +1,65 @@
+package ration_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/rationhq/ration"
+)
+
+func TestShareAccrued(t *testing.T) {
+	perMin := ration.Limits{RPM: 6000, TPM: 90_000}
+	perDay := ration.Limits{RPM: 1000, Window: 24 * time.Hour}
+	quarter := ration.Share{Requests: 250_000, Tokens: 250_000}
+	for _, tc := range []struct {
+		name     string
+		lim      ration.Limits
+		s        ration.Share
+		d        time.Duration
+		down, up ration.Amount
+	}{
+		{"a quarter of 6000/min for 1 s", perMin, quarter, time.Second, ration.Amount{Requests: 25, Tokens: 375}, ration.Amount{Requests: 25, Tokens: 375}},
+		{"a fraction rounds", perMin, quarter, 30 * time.Millisecond, ration.Amount{Requests: 0, Tokens: 11}, ration.Amount{Requests: 1, Tokens: 12}},
+		{"whole rate", perMin, ration.Share{Requests: ration.ShareUnit}, time.Minute, ration.Amount{Requests: 6000}, ration.Amount{Requests: 6000}},
+		{"per day", perDay, ration.Share{Requests: 500_000}, time.Hour, ration.Amount{Requests: 20}, ration.Amount{Requests: 21}},
+		{"zero share", perMin, ration.Share{}, time.Hour, ration.Amount{}, ration.Amount{}},
+		{"unlimited dimension", ration.Limits{RPM: 60}, quarter, time.Minute, ration.Amount{Requests: 15}, ration.Amount{Requests: 15}},
+		{"negative time", perMin, quarter, -time.Second, ration.Amount{}, ration.Amount{}},
+		{"saturates", ration.Limits{TPM: ration.MaxRate}, ration.Share{Tokens: ration.ShareUnit}, 1 << 62, ration.Amount{Tokens: ration.MaxAmount}, ration.Amount{Tokens: ration.MaxAmount}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.lim.Accrued(tc.s, tc.d, false); got != tc.down {
+				t.Errorf("down: got %+v, want %+v", got, tc.down)
+			}
+			if got := tc.lim.Accrued(tc.s, tc.d, true); got != tc.up {
+				t.Errorf("up: got %+v, want %+v", got, tc.up)
+			}
+		})
+	}
+}
+
+func TestShareAccrualTime(t *testing.T) {
+	lim := ration.Limits{RPM: 6000, TPM: 90_000}
+	s := ration.Share{Requests: 250_000, Tokens: 100_000} // 25 requests/s, 150 tokens/s
+	d, ok := lim.AccrualTime(s, ration.Amount{Requests: 1, Tokens: 300})
+	if !ok || d != 2*time.Second {
+		t.Fatalf("got %v %v, want 2s (tokens bind)", d, ok)
+	}
+	// The time it names is the first at which the rounded-down accrual covers the amount.
+	for _, n := range []ration.Amount{{Requests: 1}, {Requests: 7, Tokens: 1}, {Tokens: 151}} {
+		d, ok := lim.AccrualTime(s, n)
+		if !ok {
+			t.Fatalf("%+v: not ok", n)
+		}
+		got, before := lim.Accrued(s, d, false), lim.Accrued(s, d-time.Microsecond, false)
+		if got.Requests < n.Requests || got.Tokens < n.Tokens {
+			t.Errorf("%+v: after %v accrued only %+v", n, d, got)
+		}
+		if before.Requests >= n.Requests && before.Tokens >= n.Tokens {
+			t.Errorf("%+v: %v is not the first microsecond (%+v a microsecond earlier)", n, d, before)
+		}
+	}
+	if _, ok := lim.AccrualTime(ration.Share{Requests: 1}, ration.Amount{Tokens: 1}); ok {
+		t.Error("a dimension without a share covered an amount")
+	}
+}
