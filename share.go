@@ -37,19 +37,51 @@ func (l Limits) Accrued(s Share, d time.Duration, up bool) Amount {
 // accrued is rate × ppm/ShareUnit × d/period, rounded as asked, exact: the
 // numerator is at most 10^12 × 10^6 × d in microseconds, which 128 bits hold.
 func accrued(rate int64, ppm uint32, d, period time.Duration, up bool) int64 {
-	if rate <= 0 || ppm == 0 {
-		return 0
-	}
-	hi, lo := bits.Mul64(uint64(rate)*uint64(ppm), uint64(d/time.Microsecond))
-	div := uint64(period/time.Microsecond) * ShareUnit
-	if hi >= div {
-		return MaxAmount
-	}
-	q, r := bits.Div64(hi, lo, div)
+	q, r := accruedRem(rate, ppm, d, period, 0)
 	if up && r != 0 {
 		q++
 	}
-	return int64(min(q, MaxAmount))
+	return min(q, MaxAmount)
+}
+
+// accruedRem is (rate × ppm × d + rem) / (period × ShareUnit), d in
+// microseconds: the quotient (saturating at MaxAmount, with a zero
+// remainder) and the remainder.
+func accruedRem(rate int64, ppm uint32, d, period time.Duration, rem uint64) (int64, uint64) {
+	if rate <= 0 || ppm == 0 || d <= 0 {
+		return 0, rem
+	}
+	hi, lo := bits.Mul64(uint64(rate)*uint64(ppm), uint64(d/time.Microsecond))
+	var c uint64
+	lo, c = bits.Add64(lo, rem, 0)
+	hi += c
+	div := uint64(period/time.Microsecond) * ShareUnit
+	if hi >= div {
+		return MaxAmount, 0
+	}
+	q, r := bits.Div64(hi, lo, div)
+	if q > MaxAmount {
+		return MaxAmount, 0
+	}
+	return int64(q), r
+}
+
+// Remainder is the fraction of a unit a share's accrual left over, per
+// dimension, in units of 1/(Period in microseconds × ShareUnit) of the
+// key's limits.
+type Remainder struct{ Requests, Tokens uint64 }
+
+// AccruedCarry is Accrued rounded down, with rem, the fraction left over by
+// an earlier share of the same key, added first; it returns the new
+// fraction left over. A spender whose share is renewed every few seconds
+// carries it from one share to the next, so rounding loses it nothing: the
+// result still never exceeds the allocator's count (Accrued rounded up over
+// a span at least as long), since rem is less than one unit.
+func (l Limits) AccruedCarry(s Share, d time.Duration, rem Remainder) (Amount, Remainder) {
+	p := l.Period()
+	r, rr := accruedRem(l.RPM, s.Requests, d, p, rem.Requests)
+	t, rt := accruedRem(l.TPM, s.Tokens, d, p, rem.Tokens)
+	return Amount{Requests: r, Tokens: t}, Remainder{Requests: rr, Tokens: rt}
 }
 
 // AccrualTime returns how long share s of l's refill rate takes to add n

@@ -63,3 +63,38 @@ func TestShareAccrualTime(t *testing.T) {
 		t.Error("a dimension without a share covered an amount")
 	}
 }
+
+// Carrying the remainder, an accrual cut into any pieces adds up to the
+// accrual of the whole span, and a renewal with another share loses no
+// fraction.
+func TestShareAccruedCarry(t *testing.T) {
+	lim := ration.Limits{RPM: 6000, TPM: 90_000}
+	s := ration.Share{Requests: 15_625, Tokens: 333_333} // 1/64 of the requests, a third of the tokens
+	var sum ration.Amount
+	var rem ration.Remainder
+	for _, d := range []time.Duration{3 * time.Millisecond, 997 * time.Millisecond, time.Microsecond, 5*time.Second - time.Microsecond, 0, -time.Second} {
+		var a ration.Amount
+		a, rem = lim.AccruedCarry(s, d, rem)
+		sum = sum.Add(a)
+	}
+	if want := lim.Accrued(s, 6*time.Second, false); sum != want {
+		t.Fatalf("pieces add up to %+v, the whole span accrues %+v", sum, want)
+	}
+	// 1/64 of 6000/min is 1.5625/s: renewed every 0.2 s with a share that
+	// alternates, a spender without the carry would get nothing.
+	sum, rem = ration.Amount{}, ration.Remainder{}
+	for i := range 50 {
+		sh := s
+		if i%2 == 1 {
+			sh.Requests = 15_624
+		}
+		a, r := lim.AccruedCarry(sh, 200*time.Millisecond, rem)
+		sum, rem = sum.Add(a), r
+		if lone := lim.Accrued(sh, 200*time.Millisecond, false); lone.Requests != 0 {
+			t.Fatalf("0.2 s alone accrued %d requests", lone.Requests)
+		}
+	}
+	if sum.Requests != 15 { // 10 s × (1.5625 + 1.5624)/2 per second, rounded down
+		t.Fatalf("renewed shares accrued %d requests, want 15", sum.Requests)
+	}
+}

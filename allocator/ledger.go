@@ -37,7 +37,7 @@ func New(opts ...Option) (*Ledger, error) {
 	if cfg.policy == nil {
 		return nil, fmt.Errorf("allocator: nil policy")
 	}
-	state, err := ledger.New(ledger.Config{TTL: cfg.ttl, Strict: cfg.strict, Policy: cfg.policy, Retention: cfg.retention})
+	state, err := ledger.New(ledger.Config{TTL: cfg.ttl, Strict: cfg.strict, Policy: cfg.policy, SharePolicy: cfg.sharePolicy, Retention: cfg.retention})
 	if err != nil {
 		return nil, err
 	}

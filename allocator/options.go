@@ -20,6 +20,7 @@ type config struct {
 	ttl            time.Duration
 	strict         bool
 	policy         Policy
+	sharePolicy    SharePolicy
 	logger         *slog.Logger
 	retention      time.Duration
 	commitObserver func(time.Duration, error)
@@ -52,6 +53,11 @@ func WithStrict(on bool) Option { return optionFunc(func(c *config) { c.strict =
 
 // WithPolicy sets the lease-sizing policy; default ShareByRate{}.
 func WithPolicy(p Policy) Option { return optionFunc(func(c *config) { c.policy = p }) }
+
+// WithSharePolicy sets how a key's refill rate is split into refill shares
+// among its spenders; default MaxMinShare with DefaultShareHeadroom
+// (docs/allocator.md, "Refill shares").
+func WithSharePolicy(p SharePolicy) Option { return optionFunc(func(c *config) { c.sharePolicy = p }) }
 
 // WithLogger sets the logger; default discards.
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }

@@ -62,6 +62,30 @@ type pendingRes struct {
 type heldView struct {
 	held ration.Amount
 	exp  bucket.Instant
+	// The share granted with the reply: the holding may grow by its
+	// accrual (rounded up) from the reply, up to the burst.
+	share ration.Share
+	burst ration.Amount
+	from  bucket.Instant
+}
+
+// limit is the most the holding can be at now by the reply's word: its held
+// plus what the share may have added, and nothing once it expired.
+func (v *heldView) limit(k int, now bucket.Instant) ration.Amount {
+	if v.exp <= now {
+		return ration.Amount{}
+	}
+	if v.share.Zero() {
+		return v.held
+	}
+	acc := propKeys[k].lim.Accrued(v.share, now.Sub(v.from), true)
+	grown := func(held, add, to int64) int64 {
+		if held >= to {
+			return held
+		}
+		return min(held+add, to)
+	}
+	return ration.Amount{Requests: grown(v.held.Requests, acc.Requests, v.burst.Requests), Tokens: grown(v.held.Tokens, acc.Tokens, v.burst.Tokens)}
 }
 
 // callKind is the method of a model spender's call.
@@ -91,10 +115,54 @@ type modelSpender struct {
 	applied uint64 // the highest sequence the ledger applied in this epoch
 	pool    [numPropKeys]ration.Amount
 	exp     [numPropKeys]bucket.Instant
+	share   [numPropKeys]shareView
 	pending []pendingRes
 	last    *lastCall
 	// ledger-side view from replies, by epoch and key
 	view map[uint64]*[numPropKeys]heldView
+}
+
+// shareView is a model spender's refill share on one key, applied by the
+// spender's rules: accrual rounded down from receipt until the lease ends,
+// none while a call carrying the key is in flight, never above the burst.
+type shareView struct {
+	share    ration.Share
+	burst    ration.Amount
+	from     bucket.Instant
+	credited ration.Amount // accrual since from already added to the pool
+	paused   bool          // a call carrying the key was sent and its reply not received
+	// The fraction of a unit carried in from the previous share, and the
+	// one left at the last accrual (carried into the next share).
+	carried, left ration.Remainder
+}
+
+// renewed is the view of a share received at now, carrying v's fraction.
+func (v *shareView) renewed(sh ration.Share, burst ration.Amount, now bucket.Instant) shareView {
+	return shareView{share: sh, burst: burst, from: now, carried: v.left, left: v.left}
+}
+
+// accrue adds key k's share accrual up to now to its pool.
+func (s *modelSpender) accrue(k int, now bucket.Instant) {
+	s.share[k].accrue(propKeys[k].lim, &s.pool[k], s.exp[k], now)
+}
+
+// accrue adds the share's accrual up to min(now, exp) to pool, by the
+// spender's rules.
+func (v *shareView) accrue(lim ration.Limits, pool *ration.Amount, exp, now bucket.Instant) {
+	if v.paused || v.share.Zero() {
+		return
+	}
+	total, left := lim.AccruedCarry(v.share, min(now, exp).Sub(v.from), v.carried)
+	v.left = left
+	add := total.Sub(v.credited).Positive()
+	v.credited = v.credited.Max(total)
+	grow := func(pool *int64, add, burst int64) {
+		if *pool < burst {
+			*pool = min(*pool+add, burst)
+		}
+	}
+	grow(&pool.Requests, add.Requests, v.burst.Requests)
+	grow(&pool.Tokens, add.Tokens, v.burst.Tokens)
 }
 
 type propHarness struct {
@@ -253,6 +321,7 @@ func (h *propHarness) advance(d time.Duration) {
 			}
 			s.pending = kept
 			for k := range s.pool {
+				s.accrue(k, h.now())
 				if s.exp[k] <= h.now() {
 					s.pool[k] = ration.Amount{}
 				}
@@ -266,17 +335,15 @@ func (h *propHarness) advance(d time.Duration) {
 
 // checkReturn checks a credited return against the ledger's last word on
 // the holding, then records the new holding.
-func (h *propHarness) checkReturn(s *modelSpender, epoch uint64, k int, credited, held ration.Amount, exp bucket.Instant) {
+func (h *propHarness) checkReturn(s *modelSpender, epoch uint64, k int, credited, held ration.Amount, exp bucket.Instant, sh ration.Share, burst ration.Amount) {
 	v := &s.viewOf(epoch)[k]
-	limit := v.held
-	if v.exp <= h.now() {
-		limit = ration.Amount{}
-	}
+	limit := v.limit(k, h.now())
 	if credited.Requests > limit.Requests || credited.Tokens > limit.Tokens {
 		h.t.Fatalf("spender %s key %d: credited return %+v exceeds holding %+v", s.id, k, credited, limit)
 	}
 	v.held = held
 	v.exp = max(v.exp, exp)
+	v.share, v.burst, v.from = sh, burst, h.now()
 }
 
 func (h *propHarness) acquire(t *rapid.T, s *modelSpender) {
@@ -290,6 +357,13 @@ func (h *propHarness) acquire(t *rapid.T, s *modelSpender) {
 			ak.Need = amountGen(150).Draw(t, "need")
 		}
 		ak.SpendRate = amountGen(600).Draw(t, "rate")
+		if rapid.IntRange(0, 2).Draw(t, "demands") > 0 {
+			ak.Demand = amountGen(3000).Draw(t, "demand")
+		}
+		// The held report counts what the share added up to now, and the
+		// share stops until the reply is received.
+		s.accrue(k, h.now())
+		s.share[k].paused = true
 		if s.liar {
 			ak.Returned = ration.Amount{Requests: s.pool[k].Requests + rapid.Int64Range(0, 50).Draw(t, "xr"), Tokens: s.pool[k].Tokens + rapid.Int64Range(0, 500).Draw(t, "xt")}
 			ak.Held = amountGen(1000).Draw(t, "lie")
@@ -395,17 +469,30 @@ func (h *propHarness) observe(s *modelSpender, c *lastCall) {
 			if g.Status == StatusOK && (g.Granted.Requests < ak.Need.Requests || g.Granted.Tokens < ak.Need.Tokens) {
 				h.t.Fatalf("granted %+v below need %+v", g.Granted, ak.Need)
 			}
-			h.checkReturn(s, s.epoch, k, g.Returned, g.Held, h.now().Add(propTTL))
+			h.checkReturn(s, s.epoch, k, g.Returned, g.Held, h.now().Add(propTTL), g.Share, g.ShareBurst)
 		}
 	case *ReserveReply:
 		for i, rk := range c.reserve {
 			k := keyIndex(rk.Key)
 			g := r.Keys[i]
 			exp := h.now()
+			// A reservation keeps the share; its cost is held on top of
+			// what the share may grow to.
+			v := s.viewOf(s.epoch)[k]
+			sh, burst := v.share, v.burst
+			if v.exp <= h.now() {
+				sh, burst = ration.Share{}, ration.Amount{}
+			}
 			if g.Status == StatusOK {
 				exp = h.now().Add(g.Wait + propTTL)
+				if burst.Requests > 0 {
+					burst.Requests += rk.Cost.Requests
+				}
+				if burst.Tokens > 0 {
+					burst.Tokens += rk.Cost.Tokens
+				}
 			}
-			h.checkReturn(s, s.epoch, k, ration.Amount{}, g.Held, exp)
+			h.checkReturn(s, s.epoch, k, ration.Amount{}, g.Held, exp, sh, burst)
 		}
 	}
 }
@@ -437,6 +524,7 @@ func (h *propHarness) deliver(s *modelSpender, c *lastCall) {
 			s.pool[k].Requests = max(0, min(s.pool[k].Requests, r.Keys[i].Held.Requests-p.Requests))
 			s.pool[k].Tokens = max(0, min(s.pool[k].Tokens, r.Keys[i].Held.Tokens-p.Tokens))
 			s.exp[k] = c.sent.Add(r.LeaseTTL) // valid from first send
+			s.share[k] = s.share[k].renewed(r.Keys[i].Share, r.Keys[i].ShareBurst, h.now())
 		}
 	case *ReserveReply:
 		for i, rk := range c.reserve {
@@ -460,6 +548,7 @@ func (h *propHarness) consume(t *rapid.T) {
 	if s.exp[k] <= h.now() {
 		return
 	}
+	s.accrue(k, h.now())
 	a := ration.Amount{Requests: rapid.Int64Range(0, s.pool[k].Requests).Draw(t, "cr"), Tokens: rapid.Int64Range(0, s.pool[k].Tokens).Draw(t, "ct")}
 	s.pool[k].Requests -= a.Requests
 	s.pool[k].Tokens -= a.Tokens
@@ -481,7 +570,7 @@ func (h *propHarness) release(t *rapid.T, s *modelSpender) {
 		t.Fatalf("release: %v", err)
 	}
 	for k := range propKeys {
-		h.checkReturn(s, s.epoch, k, r.Returned[k], ration.Amount{}, 0)
+		h.checkReturn(s, s.epoch, k, r.Returned[k], ration.Amount{}, 0, ration.Share{}, ration.Amount{})
 		s.viewOf(s.epoch)[k] = heldView{}
 	}
 	h.newEpoch(s)
@@ -491,6 +580,7 @@ func (h *propHarness) newEpoch(s *modelSpender) {
 	s.epoch++
 	s.seq, s.applied = 0, 0
 	s.pool = [numPropKeys]ration.Amount{}
+	s.share = [numPropKeys]shareView{}
 	s.pending = nil
 	s.last = nil
 }

@@ -29,6 +29,11 @@ const recordVersion = 2
 
 var errCorrupt = errors.New("corrupt record")
 
+// statusHasShare marks, in a stored Acquire reply's status byte, a key
+// answer followed by its share and burst (records from before shares never
+// have it).
+const statusHasShare = 0x80
+
 type enc struct{ b []byte }
 
 func (e *enc) u(v uint64)  { e.b = binary.AppendUvarint(e.b, v) }
@@ -51,6 +56,16 @@ func (d *dec) fail() {
 		d.err = errCorrupt
 	}
 	d.b = nil
+}
+
+// ppm reads a share in millionths, at most ration.ShareUnit.
+func (d *dec) ppm() uint32 {
+	v := d.u()
+	if v > ration.ShareUnit {
+		d.fail()
+		return 0
+	}
+	return uint32(v)
 }
 
 func (d *dec) u() uint64 {
@@ -138,6 +153,7 @@ const (
 	flagReqFull             // the request level is written as full - level
 	flagTokFull             // the token level is written as full - level
 	flagWindow              // the limits' window follows them, in seconds (absent: a minute)
+	flagShares              // every holding carries its share fields (absent: none has a share or a demand)
 )
 
 // decimal writes v >= 0 as mantissa<<4 | exponent (v = mantissa * 10^exponent).
@@ -214,6 +230,12 @@ func appendKey(b []byte, k *keyState) []byte {
 	if k.lim.Window != 0 {
 		flags |= flagWindow
 	}
+	for i := range k.holds {
+		if h := &k.holds[i]; !h.share.Zero() || h.demand != (ration.Amount{}) {
+			flags |= flagShares
+			break
+		}
+	}
 	e.byte(flags)
 	e.decimal(k.lim.RPM)
 	e.decimal(k.lim.TPM)
@@ -245,6 +267,14 @@ func appendKey(b []byte, k *keyState) []byte {
 		e.amount(h.held)
 		e.amount(h.rate)
 		e.i(int64(h.expiry - base))
+		if flags&flagShares != 0 {
+			e.amount(h.demand)
+			e.u(uint64(h.share.Requests))
+			e.u(uint64(h.share.Tokens))
+			e.i(int64(h.shareFrom - base))
+			e.amount(h.accrued)
+			e.amount(h.growTo)
+		}
 	}
 	return e.b
 }
@@ -322,6 +352,12 @@ func decodeKey(b []byte) (*keyState, error) {
 		if h.spender == "" || h.epoch == 0 {
 			d.fail()
 		}
+		if flags&flagShares != 0 {
+			h.demand = d.amount()
+			h.share = ration.Share{Requests: d.ppm(), Tokens: d.ppm()}
+			h.shareFrom = bucket.Instant(d.i()) + base
+			h.accrued, h.growTo = d.amount(), d.amount()
+		}
 		k.holds = append(k.holds, h)
 	}
 	if err := d.done(); err != nil {
@@ -350,12 +386,21 @@ func appendSession(b []byte, s *session) []byte {
 		e.u(uint64(len(r.Keys)))
 		for i := range r.Keys {
 			x := &r.Keys[i]
-			e.byte(byte(x.Status))
+			st := byte(x.Status)
+			if !x.Share.Zero() {
+				st |= statusHasShare
+			}
+			e.byte(st)
 			e.amount(x.Granted)
 			e.amount(x.Returned)
 			e.amount(x.Held)
 			e.dur(x.RetryAfter)
 			e.u(uint64(x.ActiveSpenders))
+			if st&statusHasShare != 0 {
+				e.u(uint64(x.Share.Requests))
+				e.u(uint64(x.Share.Tokens))
+				e.amount(x.ShareBurst)
+			}
 		}
 	case *ReserveReply:
 		e.dur(r.LeaseTTL)
@@ -396,8 +441,13 @@ func decodeSession(b []byte) (*session, error) {
 		r := &AcquireReply{LeaseTTL: d.dur()}
 		r.Keys = make([]AcquireResult, d.count(ration.MaxBatch))
 		for i := range r.Keys {
-			r.Keys[i] = AcquireResult{Status: Status(d.byte()), Granted: d.amount(), Returned: d.amount(), Held: d.amount(),
+			st := d.byte()
+			r.Keys[i] = AcquireResult{Status: Status(st &^ statusHasShare), Granted: d.amount(), Returned: d.amount(), Held: d.amount(),
 				RetryAfter: d.dur(), ActiveSpenders: int(d.u())}
+			if st&statusHasShare != 0 {
+				r.Keys[i].Share = ration.Share{Requests: d.ppm(), Tokens: d.ppm()}
+				r.Keys[i].ShareBurst = d.amount()
+			}
 		}
 		s.reply = r
 	case kindReserve:

@@ -48,6 +48,11 @@ func TestKeyRecordRoundTrip(t *testing.T) {
 			}
 			k.holds = []holding{{spender: "a", epoch: 3, lastSeq: 9, held: ration.Amount{Requests: 1, Tokens: 2}, rate: ration.Amount{Requests: 3, Tokens: 4}, expiry: now + 10_000_000},
 				{spender: "b", epoch: 1, lastSeq: 1, expiry: now - 5}}
+			if frac < 0.5 { // half the records carry shares
+				k.holds[1].demand = ration.Amount{Requests: 5, Tokens: 6}
+				k.holds[1].setShare(ration.Share{Requests: ration.ShareUnit, Tokens: 7}, ration.Amount{Requests: 8, Tokens: 9}, now-3)
+				k.holds[1].accrued = ration.Amount{Requests: 10, Tokens: 11}
+			}
 			got, err := decodeKey(appendKey(nil, k))
 			if err != nil {
 				t.Fatalf("%+v at %v: %v", lim, frac, err)

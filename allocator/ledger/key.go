@@ -23,6 +23,14 @@ type holding struct {
 	held    ration.Amount  // counted as held; only the ledger's upper bound of the truth
 	rate    ration.Amount  // spend per minute last reported
 	expiry  bucket.Instant // the holding stops counting at this instant
+
+	// A refill share (share.go): held grows by the share's accrual, counted
+	// from shareFrom and rounded up, while it is below growTo.
+	demand    ration.Amount  // demand per minute last reported; 0 = takes no share
+	share     ration.Share   // granted with the last answer, until expiry
+	shareFrom bucket.Instant // when that answer was made
+	accrued   ration.Amount  // accrual since shareFrom already added to held
+	growTo    ration.Amount  // held grows by accrual up to this; 0 without a share
 }
 
 // keyState is one key's global state: a bucket per limited dimension and
@@ -70,15 +78,6 @@ func (k *keyState) setDim(d *dim, lim bucket.Limit, on bool, now bucket.Instant)
 	}
 }
 
-// sums returns the total held over all holdings.
-func (k *keyState) sums() (held ration.Amount) {
-	for i := range k.holds {
-		held.Requests += k.holds[i].held.Requests
-		held.Tokens += k.holds[i].held.Tokens
-	}
-	return held
-}
-
 // untilHoldingsFit returns how long after now a reservation of n that
 // waits for refill can be covered under the level cap, considering only the
 // cap: 0 if the holdings with n fit under it. Otherwise the level is held at
@@ -95,20 +94,19 @@ func (k *keyState) untilHoldingsFit(n ration.Amount, now bucket.Instant, ttl tim
 		}
 		return max(0, satAdd(held, n)-capUnits(&d.b, ttl, strict)/d.b.Scale())
 	}
-	refill := func(d *dim, tokens int64) time.Duration {
+	free := k.freeShare()
+	refill := func(d *dim, tokens int64, free uint32) time.Duration {
 		if tokens <= 0 {
 			return 0
 		}
-		lim := d.b.Limit()
-		us := (tokens*int64(lim.Period/time.Microsecond) + lim.Refill - 1) / lim.Refill
-		return time.Duration(us) * time.Microsecond
+		return refillTime(d.b.Limit(), tokens, free)
 	}
-	held := k.sums()
+	held := k.potential()
 	dr, dt := deficit(&k.req, held.Requests, n.Requests), deficit(&k.tok, held.Tokens, n.Tokens)
 	if dr == 0 && dt == 0 {
 		return 0
 	}
-	after := max(refill(&k.req, dr), refill(&k.tok, dt))
+	after := max(refill(&k.req, dr, free.Requests), refill(&k.tok, dt, free.Tokens))
 	exp := make([]bucket.Instant, 0, len(k.holds))
 	for i := range k.holds {
 		exp = append(exp, k.holds[i].expiry)
@@ -118,8 +116,7 @@ func (k *keyState) untilHoldingsFit(n ration.Amount, now bucket.Instant, ttl tim
 		var h ration.Amount
 		for i := range k.holds {
 			if k.holds[i].expiry > e {
-				h.Requests += k.holds[i].held.Requests
-				h.Tokens += k.holds[i].held.Tokens
+				h = h.Add(k.holds[i].potential())
 			}
 		}
 		if deficit(&k.req, h.Requests, n.Requests) == 0 && deficit(&k.tok, h.Tokens, n.Tokens) == 0 {
@@ -159,20 +156,25 @@ func (k *keyState) touch(now bucket.Instant, ttl time.Duration, strict bool) {
 			break
 		}
 		k.advance(next)
+		k.accrue(next)
 		k.enforceCap(ttl, strict)
 		k.expire(next)
 	}
 	k.advance(now)
+	k.accrue(now)
 	k.enforceCap(ttl, strict)
 	k.expire(now)
 }
 
+// advance refills the buckets to now at the rate the refill shares leave
+// them (share.go): the shared part refills the spenders' leases instead.
 func (k *keyState) advance(now bucket.Instant) {
+	free := k.freeShare()
 	if k.req.on {
-		k.req.b.Advance(now)
+		k.req.b.AdvanceFraction(now, uint64(free.Requests), ration.ShareUnit)
 	}
 	if k.tok.on {
-		k.tok.b.Advance(now)
+		k.tok.b.AdvanceFraction(now, uint64(free.Tokens), ration.ShareUnit)
 	}
 }
 
@@ -191,11 +193,13 @@ func (k *keyState) expire(now bucket.Instant) {
 	k.holds = slices.DeleteFunc(k.holds, func(h holding) bool { return h.expiry <= now })
 }
 
-// enforceCap keeps level + held <= capK in each dimension by burning the
-// excess refill (docs/bound.md: this is what stops returned-and-regranted
-// tokens from accumulating beyond the bound).
+// enforceCap keeps level + potential holdings <= capK in each dimension by
+// burning the excess refill (docs/bound.md: this is what stops
+// returned-and-regranted tokens from accumulating beyond the bound). A
+// holding's potential is what it may grow to by its share's accrual
+// (holding.potential), so accrual never needs the level below zero.
 func (k *keyState) enforceCap(ttl time.Duration, strict bool) {
-	held := k.sums()
+	held := k.potential()
 	if k.req.on {
 		burn(&k.req.b, held.Requests, ttl, strict)
 	}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -105,4 +106,94 @@ func ratePer(rate int64, h time.Duration) int64 {
 		return ration.MaxAmount
 	}
 	return int64(q)
+}
+
+// SharePolicy splits a key's refill rate into refill shares, one dimension
+// at a time: given the demands of the key's active spenders, it says what
+// share one of them gets. The ledger clamps the answer to what other
+// spenders' shares leave free, so a policy cannot break the bound, only
+// share well or badly. Like Policy it must be safe for concurrent use and
+// must not block.
+type SharePolicy interface {
+	Share(d ShareDemand) uint32
+}
+
+// ShareDemand is what a SharePolicy sees for one spender, key and
+// dimension. Shares and demands are in millionths of the key's refill rate
+// (ration.ShareUnit is the whole rate).
+type ShareDemand struct {
+	Demand  uint32   // this spender's demand, capped at the whole rate
+	Demands []uint32 // the last demand of every spender holding a lease on the key, this one's included
+	Free    uint32   // what the other spenders' shares leave
+}
+
+// MaxMinShare is the default share policy: max-min fairness (water
+// filling) over the spenders' demands, each raised by Headroom. When the
+// demands fit in the rate, every spender gets its demand and the rest of
+// the rate refills the key's bucket, for cold starts and bursts; when they
+// do not, the rate is split so that no spender can get more without one
+// that has less getting less: small demands are met in full and the large
+// ones share the rest equally. Doorman's FAIR_SHARE is the same rule.
+//
+// Headroom (millionths of a demand; 0 = none) lets a spender's share run a
+// little ahead of its measured demand, so that ordinary fluctuation does
+// not send it to the allocator for amounts.
+type MaxMinShare struct {
+	Headroom uint32
+}
+
+// DefaultShareHeadroom is MaxMinShare's headroom in the default policy: an
+// eighth on top of each demand.
+const DefaultShareHeadroom = ration.ShareUnit / 8
+
+// Share implements SharePolicy.
+func (p MaxMinShare) Share(d ShareDemand) uint32 {
+	level := waterLevel(d.Demands, p.Headroom)
+	return min(withHeadroom(d.Demand, p.Headroom), level, d.Free)
+}
+
+// ProportionalShare splits the rate in proportion to the demands (each
+// raised by Headroom) when they do not fit, and meets every demand when
+// they do: Doorman's PROPORTIONAL_SHARE. A large demand can crowd a small
+// one below what it asks, which MaxMinShare never does.
+type ProportionalShare struct {
+	Headroom uint32
+}
+
+// Share implements SharePolicy.
+func (p ProportionalShare) Share(d ShareDemand) uint32 {
+	want := withHeadroom(d.Demand, p.Headroom)
+	var sum uint64
+	for _, x := range d.Demands {
+		sum += uint64(withHeadroom(x, p.Headroom))
+	}
+	if sum > ration.ShareUnit {
+		want = uint32(uint64(want) * ration.ShareUnit / sum)
+	}
+	return min(want, d.Free)
+}
+
+// withHeadroom raises a demand by h millionths, capped at the whole rate.
+func withHeadroom(x, h uint32) uint32 {
+	return uint32(min(uint64(x)*(ration.ShareUnit+uint64(h))/ration.ShareUnit, ration.ShareUnit))
+}
+
+// waterLevel is the max-min fair level for demands (each raised by h): the
+// largest share any one gets when the whole rate is split, or the whole
+// rate when the demands fit in it.
+func waterLevel(demands []uint32, h uint32) uint32 {
+	w := make([]uint32, len(demands))
+	for i, x := range demands {
+		w[i] = withHeadroom(x, h)
+	}
+	slices.Sort(w)
+	left := uint64(ration.ShareUnit)
+	for i, x := range w {
+		rest := uint64(len(w) - i)
+		if uint64(x)*rest > left {
+			return uint32(left / rest)
+		}
+		left -= uint64(x)
+	}
+	return ration.ShareUnit
 }

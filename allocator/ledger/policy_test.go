@@ -33,3 +33,41 @@ func TestRatePerMatchesBigInt(t *testing.T) {
 		}
 	})
 }
+
+func TestSharePolicies(t *testing.T) {
+	const u = ration.ShareUnit
+	for _, tc := range []struct {
+		name        string
+		demand      uint32
+		demands     []uint32
+		free        uint32
+		maxMin, pro uint32
+	}{
+		{"demands fit: each gets its own", u / 10, []uint32{u / 10, u / 5, u / 4}, u, u / 10, u / 10},
+		{"overload: equal split", u, []uint32{u, u, u, u}, u, u / 4, u / 4},
+		{"overload: a small demand is met, the rest split", u / 10, []uint32{u / 10, u, u}, u, u / 10, u / 21},
+		{"overload: the large ones share what is left", u, []uint32{u / 10, u, u}, u, 9 * u / 20, 10 * u / 21},
+		{"held by others: no more than is free", u / 2, []uint32{u / 2, u / 2}, u / 5, u / 5, u / 5},
+		{"alone", u / 3, []uint32{u / 3}, u, u / 3, u / 3},
+		{"no demand", 0, []uint32{0, u}, u, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := ShareDemand{Demand: tc.demand, Demands: tc.demands, Free: tc.free}
+			if got := (MaxMinShare{}).Share(d); got != tc.maxMin {
+				t.Errorf("max-min: got %d, want %d", got, tc.maxMin)
+			}
+			if got := (ProportionalShare{}).Share(d); got != tc.pro {
+				t.Errorf("proportional: got %d, want %d", got, tc.pro)
+			}
+		})
+	}
+	// Headroom raises each demand, and the split with it.
+	d := ShareDemand{Demand: 400_000, Demands: []uint32{400_000, 400_000}, Free: u}
+	if got := (MaxMinShare{Headroom: DefaultShareHeadroom}).Share(d); got != 450_000 {
+		t.Errorf("headroom: got %d, want 450000", got)
+	}
+	d.Demands = []uint32{400_000, 800_000}
+	if got := (MaxMinShare{Headroom: DefaultShareHeadroom}).Share(d); got != 450_000 {
+		t.Errorf("headroom under overload: got %d, want 450000 (the small demand is met)", got)
+	}
+}

@@ -14,10 +14,13 @@ import (
 // Config is the part of the allocator's configuration the state machine
 // follows. Every replica of a State must use the same Config.
 type Config struct {
-	TTL       time.Duration // lease time to live, 1 ms to 1 h
-	Strict    bool          // strict mode: level + holdings <= C (bound C + rho*t)
-	Policy    Policy        // lease sizing; nil: ShareByRate{}
-	Retention time.Duration // how long a session outlives its last call; raised to at least 2 TTL
+	TTL    time.Duration // lease time to live, 1 ms to 1 h
+	Strict bool          // strict mode: level + holdings <= C (bound C + rho*t)
+	Policy Policy        // lease sizing; nil: ShareByRate{}
+	// SharePolicy splits refill rates into shares; nil:
+	// MaxMinShare{Headroom: DefaultShareHeadroom}.
+	SharePolicy SharePolicy
+	Retention   time.Duration // how long a session outlives its last call; raised to at least 2 TTL
 }
 
 // State is the ledger: every key's global buckets and holdings, and every
@@ -48,6 +51,9 @@ func New(cfg Config) (*State, error) {
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = ShareByRate{}
+	}
+	if cfg.SharePolicy == nil {
+		cfg.SharePolicy = MaxMinShare{Headroom: DefaultShareHeadroom}
 	}
 	cfg.Retention = max(cfg.Retention, 2*cfg.TTL)
 	return &State{cfg: cfg, keys: make(map[string]*keyState), sessions: make(map[string]*session)}, nil
@@ -391,7 +397,8 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 		return AcquireResult{Status: StatusOK, Granted: k.Want}
 	}
 	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
-	h := &ks.holds[ks.holdingFor(spender, c.Epoch, now)]
+	hi := ks.holdingFor(spender, c.Epoch, now)
+	h := &ks.holds[hi]
 	if h.lastSeq >= c.Sequence {
 		// Applied before a lost session record: change nothing more.
 		return AcquireResult{Status: StatusOK, Held: h.held, Snapshot: ks.snapshot(), ActiveSpenders: len(ks.holds)}
@@ -409,9 +416,10 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 	case !fits(&ks.req, k.Need.Requests) || !fits(&ks.tok, k.Need.Tokens):
 		out.Status = StatusTooLarge
 	default:
-		w := max(wait(&ks.req, k.Need.Requests), wait(&ks.tok, k.Need.Tokens))
+		free := ks.freeShare()
+		w := max(wait(&ks.req, k.Need.Requests, free.Requests), wait(&ks.tok, k.Need.Tokens, free.Tokens))
 		if w > 0 {
-			out.Status, out.RetryAfter = StatusNotCovered, w
+			out.Status, out.RetryAfter = StatusNotCovered, min(w, s.sharedWait(free))
 			break
 		}
 		out.Status = StatusOK
@@ -419,6 +427,7 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 		out.Granted.Requests = s.grant(&ks.req, &h.held.Requests, k.Want.Requests, k.Need.Requests, k.SpendRate.Requests, rates.Requests, active)
 		out.Granted.Tokens = s.grant(&ks.tok, &h.held.Tokens, k.Want.Tokens, k.Need.Tokens, k.SpendRate.Tokens, rates.Tokens, active)
 	}
+	out.Share, out.ShareBurst = s.shareKey(ks, hi, k, now)
 	out.Held = h.held
 	out.Snapshot = ks.snapshot()
 	out.ActiveSpenders = len(ks.holds)
@@ -427,11 +436,23 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 
 func fits(d *dim, n int64) bool { return !d.on || d.b.Fits(n) }
 
-func wait(d *dim, n int64) time.Duration {
+// wait is how long d's bucket takes to cover n at the free part of its
+// refill rate (millionths; the rest refills spenders' shares).
+func wait(d *dim, n int64, free uint32) time.Duration {
 	if !d.on {
 		return 0
 	}
-	return d.b.Wait(n)
+	return d.b.WaitFraction(n, uint64(free), ration.ShareUnit)
+}
+
+// sharedWait caps the wait a NOT_COVERED answer names while shares take
+// part of the refill: they are re-split within half a TTL (the spenders'
+// renewal), so the bucket's own rate may rise before the named time.
+func (s *State) sharedWait(free ration.Share) time.Duration {
+	if free.Requests == ration.ShareUnit && free.Tokens == ration.ShareUnit {
+		return bucket.InfDuration
+	}
+	return shareBurstTime(s.cfg.TTL)
 }
 
 // grant sizes and takes one dimension's grant; need is covered.
@@ -470,7 +491,8 @@ func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.I
 	case !fits(&ks.req, k.Cost.Requests) || !fits(&ks.tok, k.Cost.Tokens):
 		out.Status = StatusTooLarge
 	default:
-		w := max(wait(&ks.req, k.Cost.Requests), wait(&ks.tok, k.Cost.Tokens))
+		free := ks.freeShare()
+		w := max(wait(&ks.req, k.Cost.Requests, free.Requests), wait(&ks.tok, k.Cost.Tokens, free.Tokens))
 		if w > 0 && s.cfg.Strict {
 			// A reservation that waits is paid by refill still to come, but
 			// the strict cap (level + holdings <= C) burns refill while the
@@ -487,13 +509,22 @@ func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.I
 			break
 		}
 		out.Status = StatusOK
+		// The reservation is held on top of what a share may grow to, so
+		// the growth limit moves with it (the spender's own accrual limit
+		// does not count reservations made ahead).
 		if ks.req.on {
 			ks.req.b.Take(k.Cost.Requests)
 			h.held.Requests += k.Cost.Requests
+			if h.growTo.Requests > 0 {
+				h.growTo.Requests += k.Cost.Requests
+			}
 		}
 		if ks.tok.on {
 			ks.tok.b.Take(k.Cost.Tokens)
 			h.held.Tokens += k.Cost.Tokens
+			if h.growTo.Tokens > 0 {
+				h.growTo.Tokens += k.Cost.Tokens
+			}
 		}
 		h.lastSeq = c.Sequence
 		h.expiry = max(h.expiry, now.Add(w+s.cfg.TTL))

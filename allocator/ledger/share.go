@@ -1,0 +1,190 @@
+package ledger
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/bucket"
+)
+
+// Refill shares (docs/bound.md, "Refill shares"). A holding may carry a
+// share: a fraction of the key's refill rate that its spender adds to its
+// own lease until the holding expires. The ledger keeps the bound with
+// three rules, each in one place:
+//
+//   - the key's buckets refill at the rate the unexpired shares leave them
+//     (keyState.advance), so the fleet together refills at most at rho;
+//   - a holding grows by its share's accrual, rounded up, from the answer
+//     that granted it (holding.accrue): the ledger's count stays an upper
+//     bound of what the spender may hold, since the spender accrues rounded
+//     down, from receipt, never while a call carrying the key is in flight,
+//     and stops at the share's burst;
+//   - the cap counts each holding at its potential, what it may grow to
+//     (holding.potential), and a share's burst is cut to the room under
+//     the cap when it is granted (State.shareKey): the level never has to
+//     go below zero to make room for accrual.
+
+// potential is what h may grow to before its next call: its holding, or
+// its share's growth limit if that is higher.
+func (h *holding) potential() ration.Amount { return h.held.Max(h.growTo) }
+
+// potential sums every holding's potential.
+func (k *keyState) potential() (p ration.Amount) {
+	for i := range k.holds {
+		p = p.Add(k.holds[i].potential())
+	}
+	return p
+}
+
+// freeShare is the part of the refill rate no unexpired holding's share
+// takes, per dimension, in millionths.
+func (k *keyState) freeShare() ration.Share {
+	var r, t uint64
+	for i := range k.holds {
+		r += uint64(k.holds[i].share.Requests)
+		t += uint64(k.holds[i].share.Tokens)
+	}
+	return ration.Share{Requests: uint32(ration.ShareUnit - min(r, ration.ShareUnit)), Tokens: uint32(ration.ShareUnit - min(t, ration.ShareUnit))}
+}
+
+// accrue adds every holding's share accrual up to to.
+func (k *keyState) accrue(to bucket.Instant) {
+	for i := range k.holds {
+		k.holds[i].accrue(k.lim, to)
+	}
+}
+
+// accrue adds h's share accrual from shareFrom to min(to, expiry), rounded
+// up, to its holding, up to growTo in each dimension.
+func (h *holding) accrue(lim ration.Limits, to bucket.Instant) {
+	if h.share.Zero() {
+		return
+	}
+	total := lim.Accrued(h.share, min(to, h.expiry).Sub(h.shareFrom), true)
+	add := total.Sub(h.accrued).Positive()
+	h.accrued = h.accrued.Max(total)
+	grow := func(held *int64, add, to int64) {
+		if *held < to {
+			*held = min(satAdd(*held, add), to)
+		}
+	}
+	grow(&h.held.Requests, add.Requests, h.growTo.Requests)
+	grow(&h.held.Tokens, add.Tokens, h.growTo.Tokens)
+}
+
+// setShare replaces h's share at now with s and burst b: accrual counts
+// from now, and the holding may grow to b (or stays where it is if higher).
+func (h *holding) setShare(s ration.Share, b ration.Amount, now bucket.Instant) {
+	h.share, h.shareFrom, h.accrued = s, now, ration.Amount{}
+	h.growTo = ration.Amount{}
+	if !s.Zero() {
+		h.growTo = b
+	}
+}
+
+// refillTime is how long lim's bucket takes to refill tokens at the free
+// fraction (millionths) of its rate, rounded up to the microsecond;
+// bucket.InfDuration when nothing is free.
+func refillTime(lim bucket.Limit, tokens int64, free uint32) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	if free == 0 {
+		return bucket.InfDuration
+	}
+	// tokens × Period × ShareUnit / (Refill × free) microseconds.
+	hi, lo := bits.Mul64(uint64(tokens), uint64(lim.Period/time.Microsecond)*ration.ShareUnit)
+	div := uint64(lim.Refill) * uint64(free) // Refill <= MaxRate: fits
+	if hi >= div {
+		return bucket.InfDuration
+	}
+	q, r := bits.Div64(hi, lo, div)
+	if r != 0 {
+		q++
+	}
+	if q > uint64(bucket.InfDuration/time.Microsecond) {
+		return bucket.InfDuration
+	}
+	return time.Duration(q) * time.Microsecond
+}
+
+// shareBurstTime is how much of its share a spender may bank: accrual stops
+// at half a TTL's worth (or the cost of its waiting request, if larger),
+// about what it spends between two renewals.
+func shareBurstTime(ttl time.Duration) time.Duration { return ttl / 2 }
+
+// shareKey sets the share of holding i of ks at now, for a call whose key
+// part is k: none without a demand; otherwise the share policy's answer
+// per limited dimension, within what other shares leave free, with a burst
+// cut to the room under the cap (a dimension with no room gets no share).
+func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant) (ration.Share, ration.Amount) {
+	h := &ks.holds[i]
+	h.demand = k.Demand
+	if k.Demand == (ration.Amount{}) {
+		h.setShare(ration.Share{}, ration.Amount{}, now)
+		return ration.Share{}, ration.Amount{}
+	}
+	demands := make([]uint32, len(ks.holds))
+	var others ration.Amount // other holdings' potential
+	for j := range ks.holds {
+		if j != i {
+			others = others.Add(ks.holds[j].potential())
+		}
+	}
+	split := func(d *dim, demand func(*holding) int64, share func(*holding) uint32, other int64) (uint32, int64) {
+		if !d.on || demand(h) <= 0 {
+			return 0, 0
+		}
+		lim := d.b.Limit()
+		var taken uint64
+		for j := range ks.holds {
+			demands[j] = demandShare(demand(&ks.holds[j]), lim)
+			if j != i {
+				taken += uint64(share(&ks.holds[j]))
+			}
+		}
+		ppm := s.cfg.SharePolicy.Share(ShareDemand{
+			Demand: demands[i], Demands: demands,
+			Free: uint32(ration.ShareUnit - min(taken, ration.ShareUnit)),
+		})
+		if ppm == 0 {
+			return 0, 0
+		}
+		level, scale := d.b.Level()
+		room := capUnits(&d.b, s.cfg.TTL, s.cfg.Strict)/scale - (max(level, 0)+scale-1)/scale - other
+		return ppm, room
+	}
+	var sh ration.Share
+	var room ration.Amount
+	sh.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.share.Requests }, others.Requests)
+	sh.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.share.Tokens }, others.Tokens)
+	burst := ks.lim.Accrued(sh, shareBurstTime(s.cfg.TTL), false).Max(k.Need).Min(room)
+	if burst.Requests <= 0 {
+		sh.Requests, burst.Requests = 0, 0
+	}
+	if burst.Tokens <= 0 {
+		sh.Tokens, burst.Tokens = 0, 0
+	}
+	h.setShare(sh, burst, now)
+	return sh, burst
+}
+
+// demandShare is a demand per minute as millionths of lim's rate, rounded
+// up, capped at the whole rate.
+func demandShare(perMinute int64, lim bucket.Limit) uint32 {
+	if perMinute <= 0 {
+		return 0
+	}
+	// perMinute × Period / (Refill × 1 min) × ShareUnit = perMinute × Period_us / (Refill × 60).
+	hi, lo := bits.Mul64(uint64(perMinute), uint64(lim.Period/time.Microsecond))
+	div := uint64(lim.Refill) * 60
+	if hi >= div {
+		return ration.ShareUnit
+	}
+	q, r := bits.Div64(hi, lo, div)
+	if r != 0 {
+		q++
+	}
+	return uint32(min(q, ration.ShareUnit))
+}

@@ -1,0 +1,101 @@
+package allocator
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/ledger"
+	"github.com/rationhq/ration/bucket"
+)
+
+// At saturation, spenders that renew their shares every TTL/2 and spend
+// everything they accrue admit the key's rate between them, with no call
+// but the renewals, and never more than the bound in any window.
+func TestSharesCarryASaturatedKey(t *testing.T) {
+	for _, strict := range []bool{false, true} {
+		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
+			const (
+				n    = 4
+				step = 50 * time.Millisecond
+				ttl  = 10 * time.Second
+				run  = 10 * time.Minute
+			)
+			lim := ration.Limits{RPM: 600} // C = 600, rho = 10/s
+			clk := newFakeClock()
+			l := newLedger(t, clk, WithTTL(ttl), WithStrict(strict))
+			type spender struct {
+				pool  ration.Amount
+				exp   bucket.Instant
+				share shareView
+				seq   uint64
+				next  bucket.Instant
+			}
+			sp := make([]spender, n)
+			start := ledger.InstantOf(clk.Now())
+			for i := range sp {
+				sp[i].next = start.Add(time.Duration(i) * ttl / (2 * n)) // staggered renewals
+			}
+			var perStep []int64 // admitted per step
+			calls, shared := 0, false
+			for now := start; now < start.Add(run); now = now.Add(step) {
+				clk.Set(now.Time(time.Unix(0, 0)))
+				var admitted int64
+				for i := range sp {
+					s := &sp[i]
+					s.share.accrue(lim, &s.pool, s.exp, now)
+					if now >= s.exp {
+						s.pool = ration.Amount{}
+					}
+					if now >= s.next {
+						// Each spender asks for the whole rate: every one is refused some.
+						s.seq++
+						calls++
+						r := acq(t, l, caller(fmt.Sprint(i), 1, s.seq), AcquireKey{Key: "k", Limits: lim,
+							Want: ration.Amount{Requests: 1000}, SpendRate: ration.Amount{Requests: 600},
+							Held: s.pool, Demand: ration.Amount{Requests: 300}})
+						s.pool = s.pool.Add(r.Granted).Min(r.Held)
+						s.exp = now.Add(ttl)
+						s.share = s.share.renewed(r.Share, r.ShareBurst, now)
+						shared = shared || !r.Share.Zero()
+						s.next = now.Add(ttl / 2)
+					}
+					admitted += s.pool.Requests // greedy: everything it holds
+					s.pool.Requests = 0
+				}
+				perStep = append(perStep, admitted)
+			}
+			if !shared {
+				t.Fatal("no share was granted")
+			}
+			// The bound over every window of whole steps: C + rho*(t + TTL), or C + rho*t strict.
+			extra := ttl
+			if strict {
+				extra = 0
+			}
+			prefix := make([]int64, len(perStep)+1)
+			for i, a := range perStep {
+				prefix[i+1] = prefix[i] + a
+			}
+			for a := range perStep {
+				for b := a + 1; b <= len(perStep); b++ {
+					window := time.Duration(b-a-1) * step // admissions at the ends of steps a..b-1
+					bound := int64(600 + (window+extra).Seconds()*10)
+					if got := prefix[b] - prefix[a]; got > bound {
+						t.Fatalf("window of %v admitted %d > bound %d", window, got, bound)
+					}
+				}
+			}
+			// The second half runs at the key's rate.
+			half := len(perStep) / 2
+			rate := float64(prefix[len(perStep)]-prefix[half]) / (time.Duration(len(perStep)-half) * step).Seconds()
+			if rate < 0.99*10 {
+				t.Fatalf("second half admitted %.2f/s, want at least 99%% of 10/s", rate)
+			}
+			if want := int(run / (ttl / 2) * n); calls > want+n {
+				t.Fatalf("%d calls, want only the %d renewals", calls, want)
+			}
+		})
+	}
+}
