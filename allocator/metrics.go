@@ -31,6 +31,7 @@ type Metrics struct {
 	rejections *prometheus.CounterVec
 	commit     prometheus.Histogram
 	commitErrs prometheus.Counter
+	keyGrants  *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -62,8 +63,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		commitErrs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ration_allocator_commit_errors_total", Help: "Failed bbolt commits.",
 		}),
+		keyGrants: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ration_allocator_key_grants_total", Help: "Keys answered in Acquire and ReserveAhead calls (the allocator's per-key work), by method.",
+		}, []string{"method"}),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.duration, m.granted, m.returned, m.debt, m.rejections, m.commit, m.commitErrs} {
+	for _, c := range []prometheus.Collector{m.calls, m.duration, m.granted, m.returned, m.debt, m.rejections, m.commit, m.commitErrs, m.keyGrants} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -89,18 +93,20 @@ func RegisterLedger(reg prometheus.Registerer, l *Ledger) error {
 		keys:     prometheus.NewDesc("ration_allocator_active_keys", "Keys with state in memory.", nil, nil),
 		spenders: prometheus.NewDesc("ration_allocator_active_spenders", "Spender incarnations holding an unexpired lease.", nil, nil),
 		holdings: prometheus.NewDesc("ration_allocator_holdings", "Unexpired (spender, key) leases.", nil, nil),
+		shared:   prometheus.NewDesc("ration_allocator_shared_holdings", "Unexpired (spender, key) leases with a refill share.", nil, nil),
 	})
 }
 
 type ledgerCollector struct {
-	l                        *Ledger
-	keys, spenders, holdings *prometheus.Desc
+	l                                *Ledger
+	keys, spenders, holdings, shared *prometheus.Desc
 }
 
 func (c *ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.keys
 	ch <- c.spenders
 	ch <- c.holdings
+	ch <- c.shared
 }
 
 func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -108,6 +114,7 @@ func (c *ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys))
 	ch <- prometheus.MustNewConstMetric(c.spenders, prometheus.GaugeValue, float64(st.Spenders))
 	ch <- prometheus.MustNewConstMetric(c.holdings, prometheus.GaugeValue, float64(st.Holdings))
+	ch <- prometheus.MustNewConstMetric(c.shared, prometheus.GaugeValue, float64(st.Shared))
 }
 
 func (m *Metrics) call(method string, start time.Time, err *connect.Error) {
@@ -152,6 +159,7 @@ func (m *Metrics) acquired(keys []AcquireKey, r *AcquireReply) {
 	m.add(m.granted, g)
 	m.add(m.returned, ret)
 	m.add(m.debt, debt)
+	m.keyGrants.WithLabelValues("Acquire").Add(float64(len(r.Keys)))
 }
 
 func (m *Metrics) reserved(keys []ReserveKey, r *ReserveReply) {
@@ -166,6 +174,7 @@ func (m *Metrics) reserved(keys []ReserveKey, r *ReserveReply) {
 		m.reject(r.Keys[i].Status)
 	}
 	m.add(m.granted, g)
+	m.keyGrants.WithLabelValues("ReserveAhead").Add(float64(len(r.Keys)))
 }
 
 func (m *Metrics) released(r *ReleaseReply) {

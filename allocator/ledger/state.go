@@ -571,6 +571,7 @@ type Stats struct {
 	Sessions int // spenders with an exactly-once record
 	Holdings int // (spender, epoch, key) leases not yet expired at the last touch
 	Spenders int // distinct spender incarnations among Holdings
+	Shared   int // Holdings with a refill share
 }
 
 // Stats returns current counts. It walks every key.
@@ -585,6 +586,9 @@ func (s *State) Stats() Stats {
 		st.Holdings += len(ks.holds)
 		for _, h := range ks.holds {
 			seen[inc{h.spender, h.epoch}] = struct{}{}
+			if !h.share.Zero() {
+				st.Shared++
+			}
 		}
 	}
 	st.Spenders = len(seen)

@@ -227,7 +227,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.Acquire(authed(testToken), &leasev1.AcquireRequest{Caller: &leasev1.Caller{SpenderId: "s", Epoch: 1, Sequence: 2},
-		Keys: []*leasev1.KeyAcquire{{Key: "k", Limits: &leasev1.Limits{Tpm: 6000}, Need: &leasev1.Amount{Tokens: 7000}}}}); err != nil {
+		Keys: []*leasev1.KeyAcquire{{Key: "k", Limits: &leasev1.Limits{Tpm: 6000}, Need: &leasev1.Amount{Tokens: 7000}, Demand: &leasev1.Amount{Tokens: 600}}}}); err != nil {
 		t.Fatal(err)
 	}
 	for path, want := range map[string][]string{
@@ -239,6 +239,8 @@ func TestHealthReadyMetrics(t *testing.T) {
 			`ration_allocator_rejections_total{reason="too_large"} 1`,
 			`ration_allocator_active_keys 1`,
 			`ration_allocator_active_spenders 1`,
+			`ration_allocator_key_grants_total{method="Acquire"} 2`,
+			`ration_allocator_shared_holdings 1`,
 			`ration_allocator_call_duration_seconds_bucket{method="Acquire"`,
 			`ration_allocator_commit_duration_seconds_count`,
 			`go_goroutines`,
