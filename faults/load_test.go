@@ -4,17 +4,16 @@ package faults
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rationhq/ration/internal/testkit"
 )
 
 // key is one entry of a gateway-demo keys file (docs/gateway-demo.md).
@@ -31,15 +30,7 @@ type key struct {
 // writeKeys writes a keys file and returns its path.
 func writeKeys(t *testing.T, keys ...key) string {
 	t.Helper()
-	b, err := json.Marshal(keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "keys.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return testkit.KeysFile(t, keys)
 }
 
 // chatBody is the request every client sends: one short prompt, one

@@ -145,13 +145,14 @@ type KeysError struct {
 	Line, Column int
 	// Entry is the position of the entry at fault in the array, from 0;
 	// -1 when the mistake is not one entry's (not JSON, not an array, no
-	// entries).
+	// entries) or is in "tenants" or "models".
 	Entry int
 	// ID is the entry's id, when it has one.
 	ID string
 	// Field is the field at fault as the file spells it ("key", "id",
 	// "tenant", "rpm", "tpm", or an unknown one); "" when it is not one
-	// field's.
+	// field's. In an entry of "tenants" or "models" it is the rate at
+	// fault, or the table's name when the entry as a whole is.
 	Field string
 	// Err says what is wrong.
 	Err error
@@ -319,7 +320,14 @@ type rawKey struct {
 type keysSource struct {
 	data   []byte
 	starts []int64 // byte offset of each entry decoded so far
+	// rates locates each entry of the "tenants" and "models" tables: the
+	// byte offsets of its name and of its object (the last one when a name
+	// repeats, as in the decoded table).
+	rates map[tableEntry][2]int64
 }
+
+// tableEntry names one entry of the file's "tenants" or "models".
+type tableEntry struct{ table, name string }
 
 // fail returns the *KeysError for err in entry (or -1) and field (or ""),
 // located at the field if the entry has it, else at the entry.
@@ -357,8 +365,9 @@ func (s *keysSource) failAt(off int64, entry int, id, field string, err error) *
 // "rpms" must not silently mean unlimited), and so are a missing "rpm"
 // or "tpm" in a key (write 0 for unlimited) and anything after the
 // array. Errors are *KeysError: a JSON mistake names its line and
-// column, a bad entry its line and column, position, id and field. See
-// NewKeyring for the other rules.
+// column, a bad entry its line and column, position, id and field, a bad
+// entry of "tenants" or "models" its line and column, name and field.
+// See NewKeyring for the other rules.
 //
 // This is the one parser of keys files: LoadKeys and KeysReloader use it.
 func ParseKeys(r io.Reader) (*Keyring, error) {
@@ -407,8 +416,8 @@ func parseKeys(data []byte) (*Keyring, error) {
 				if name == "models" {
 					m = &t.Models
 				}
-				if derr := dec.Decode(m); derr != nil {
-					return nil, src.failAt(at, -1, "", name.(string), fmt.Errorf("%q: %w", name, derr))
+				if terr := src.table(dec, at, name.(string), m); terr != nil {
+					return nil, terr
 				}
 			case "key", "id", "tenant", "rpm", "tpm":
 				// One key's object, not in an array.
@@ -450,19 +459,96 @@ func (src *keysSource) entries(dec *json.Decoder) ([]Key, error) {
 	return keys, err
 }
 
+// table decodes the "tenants" or "models" table dec is at (its name at
+// offset at) into *m, one entry at a time, so that a mistake in an entry
+// is located there, and records where each entry is (for failTable).
+func (s *keysSource) table(dec *json.Decoder, at int64, table string, m *map[string]Rates) error {
+	if off := skipSpace(s.data, dec.InputOffset()); off >= int64(len(s.data)) || s.data[off] != '{' {
+		// Not an object: null (nothing), or a mistake the decoder names.
+		if err := dec.Decode(m); err != nil {
+			return s.failAt(at, -1, "", table, fmt.Errorf("%q: %w", table, err))
+		}
+		return nil
+	}
+	_, _ = dec.Token() // the opening brace
+	if *m == nil {
+		*m = map[string]Rates{}
+	}
+	if s.rates == nil {
+		s.rates = map[tableEntry][2]int64{}
+	}
+	for dec.More() {
+		nameAt := skipSpace(s.data, dec.InputOffset())
+		tok, _ := dec.Token()
+		name, _ := tok.(string) // well-formed JSON: an object's names are strings
+		valueAt := skipSpace(s.data, dec.InputOffset())
+		var r Rates
+		if err := dec.Decode(&r); err != nil {
+			return s.rateDecodeError(table, name, nameAt, valueAt, err)
+		}
+		(*m)[name] = r
+		s.rates[tableEntry{table, name}] = [2]int64{nameAt, valueAt}
+	}
+	_, err := dec.Token() // the closing brace
+	return err
+}
+
+// rateDecodeError is the *KeysError for err, met decoding the entry name
+// of table, whose name is at nameAt and object at valueAt. The JSON is
+// well formed, so err is a type mismatch or an unknown field.
+func (s *keysSource) rateDecodeError(table, name string, nameAt, valueAt int64, err error) *KeysError {
+	e := &KeysError{Entry: -1, Field: table, Err: fmt.Errorf("%s[%q]: %w", table, name, err)}
+	at := nameAt
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		if typ.Field == "" {
+			e.Err = fmt.Errorf(`%s[%q]: the entry is a JSON %s; want an object of rates {"rpm","tpm",...}`, table, name, typ.Value)
+		} else {
+			e.Field = typ.Field
+			e.Err = fmt.Errorf("%s[%q]: %q: got a JSON %s, want a whole number (0 = unlimited)", table, name, typ.Field, typ.Value)
+			if f, ok := fieldOffset(s.data, valueAt, typ.Field); ok {
+				at = f
+			}
+		}
+	} else if quoted, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		if field, uerr := strconv.Unquote(quoted); uerr == nil {
+			e.Field = field
+			e.Err = fmt.Errorf(`%s[%q]: unknown field %q; the fields are "rpm", "tpm", "itpm", "otpm", "rpd" and "tpd"`, table, name, field)
+			if f, ok := fieldOffsetExact(s.data, valueAt, field); ok {
+				at = f
+			}
+		}
+	}
+	e.Line, e.Column = lineCol(s.data, at)
+	return e
+}
+
 // failTable is the *KeysError for a mistake in the file's tables, located
-// at the table's entry when it can be found.
+// at the field at fault in the table's entry, else at the entry's name,
+// when the entry can be found.
 func (s *keysSource) failTable(err error) *KeysError {
 	te, ok := err.(*tableError)
 	if !ok {
 		return &KeysError{Entry: -1, Err: err}
 	}
 	e := &KeysError{Entry: -1, Field: te.table, Err: err}
-	if s != nil {
-		if at, found := fieldOffsetExact(s.data, skipSpace(s.data, 0), te.table); found {
-			e.Line, e.Column = lineCol(s.data, at)
+	if te.field != "" {
+		e.Field = te.field
+	}
+	if s == nil {
+		return e
+	}
+	where, found := s.rates[tableEntry{te.table, te.name}]
+	if !found {
+		return e
+	}
+	at := where[0]
+	if te.field != "" {
+		if f, ok := fieldOffset(s.data, where[1], te.field); ok {
+			at = f
 		}
 	}
+	e.Line, e.Column = lineCol(s.data, at)
 	return e
 }
 

@@ -167,6 +167,62 @@ func TestParseKeysLocatesMistakes(t *testing.T) {
 	}
 }
 
+// TestParseKeysLocatesTableMistakes: a mistake in an entry of "tenants"
+// or "models" is located at the rate at fault in that entry, else at the
+// entry's name, and names the entry and the rate.
+func TestParseKeysLocatesTableMistakes(t *testing.T) {
+	const file = `{
+  "keys": [{"key": "sk-a", "id": "a", "tenant": "acme", "rpm": 60, "tpm": 0}],
+  "tenants": {
+    %s
+  },
+  "models": {
+    %s
+  }
+}`
+	const ok = `"fine": {}`
+	tests := []struct {
+		name, tenants, models string
+		line, col             int
+		field, msg            string
+	}{
+		{"tenant rate out of bounds", `"acme": {"rpm": 1, "tpd": -5}`, ok, 4, 24, "tpd", `tenants["acme"]: "tpd": -5 outside [0, 1000000000000]`},
+		{"tenant unknown rate", `"acme": {"rpms": 1}`, ok, 4, 14, "rpms", `tenants["acme"]: unknown field "rpms"`},
+		{"model rate above the bound", ok, `"m": {"tpm": 1, "otpm": 1000000000001}`, 7, 21, "otpm", `models["m"]: "otpm": 1000000000001 outside`},
+		{"empty model name", ok, `"": {"tpm": 5}`, 7, 5, "models", `models[""]: empty name`},
+		{"unknown rate", ok, `"m": {"tpm": 1, "tpms": 5}`, 7, 21, "tpms", `models["m"]: unknown field "tpms"`},
+		{"string rate", ok, `"m": {"tpm": "5"}`, 7, 11, "tpm", `models["m"]: "tpm": got a JSON string, want a whole number`},
+		{"fraction", ok, `"m": {"tpm": 1.5}`, 7, 11, "tpm", `models["m"]: "tpm": got a JSON number 1.5, want a whole number`},
+		{"rate name in another case", ok, `"m": {"TPM": -1}`, 7, 11, "tpm", `models["m"]: "tpm": -1 outside`},
+		{"entry not an object", ok, `"m": [1]`, 7, 5, "models", `models["m"]: the entry is a JSON array`},
+		{"repeated name: the last counts", ok, `"m": {"tpm": 1}, "m": {"tpm": -1}`, 7, 28, "tpm", `models["m"]: "tpm": -1 outside`},
+	}
+	for _, tt := range tests {
+		_, err := gateway.ParseKeys(strings.NewReader(fmt.Sprintf(file, tt.tenants, tt.models)))
+		var ke *gateway.KeysError
+		if !errors.As(err, &ke) || !errors.Is(err, gateway.ErrInvalidKeys) {
+			t.Errorf("%s: error %v, want a *KeysError wrapping ErrInvalidKeys", tt.name, err)
+			continue
+		}
+		if ke.Line != tt.line || ke.Column != tt.col || ke.Entry != -1 || ke.ID != "" || ke.Field != tt.field {
+			t.Errorf("%s: line %d column %d entry %d id %q field %q, want %d %d -1 \"\" %q (%v)", tt.name,
+				ke.Line, ke.Column, ke.Entry, ke.ID, ke.Field, tt.line, tt.col, tt.field, err)
+		}
+		if want := fmt.Sprintf("line %d, column %d: ", tt.line, tt.col); !strings.Contains(err.Error(), want+tt.msg) {
+			t.Errorf("%s: %q, want it to contain %q", tt.name, err, want+tt.msg)
+		}
+	}
+	// A table that is not an object is located at its name, as before.
+	_, err := gateway.ParseKeys(strings.NewReader(`{
+  "keys": [{"key": "sk-a", "id": "a", "tenant": "acme", "rpm": 60, "tpm": 0}],
+  "models": []
+}`))
+	var ke *gateway.KeysError
+	if !errors.As(err, &ke) || ke.Line != 3 || ke.Column != 3 || ke.Field != "models" || !strings.Contains(err.Error(), `"models": json: cannot unmarshal array`) {
+		t.Errorf("models as an array: %v (%+v), want line 3 column 3, field models", err, ke)
+	}
+}
+
 // TestCurrentKeysFilesStillLoad: the files documented before reloading
 // existed load unchanged.
 func TestCurrentKeysFilesStillLoad(t *testing.T) {

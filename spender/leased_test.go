@@ -57,6 +57,32 @@ func newLeased(t testing.TB, clk ration.Clock, src spender.LeaseSource, opts ...
 	return l
 }
 
+// gated is a LeaseSource that holds its first call until gate is closed,
+// so that the keys asked for meanwhile share the next call.
+type gated struct {
+	spender.LeaseSource
+	gate  chan struct{}
+	mu    sync.Mutex
+	calls int
+}
+
+// gateFirst returns src wrapped so that its first call waits until the
+// returned gated's gate is closed.
+func gateFirst(src spender.LeaseSource) *gated {
+	return &gated{LeaseSource: src, gate: make(chan struct{})}
+}
+
+func (g *gated) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	g.mu.Lock()
+	g.calls++
+	first := g.calls == 1
+	g.mu.Unlock()
+	if first {
+		<-g.gate
+	}
+	return g.LeaseSource.Acquire(ctx, r)
+}
+
 // simnet is a LeaseSource between a spender and the allocator that can lose
 // replies (the call is applied, the answer lost) and be partitioned (the
 // call never arrives). It counts calls.

@@ -19,26 +19,16 @@ import (
 // stricter forwards calls to a real allocator but first puts a rate beyond
 // the protocol's bounds in one key's entry, so the allocator refuses that
 // entry as invalid, as an allocator with stricter rules would: the refusal
-// and its error are the allocator's own. The first call waits on gate, so
-// that the keys asked for meanwhile share the next call.
+// and its error are the allocator's own.
 type stricter struct {
 	spender.LeaseSource
-	bad  string
-	gate chan struct{}
+	bad string
 
 	mu      sync.Mutex
-	calls   int
 	sentBad int // calls whose body carried the bad key
 }
 
 func (s *stricter) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
-	s.mu.Lock()
-	s.calls++
-	first := s.calls == 1
-	s.mu.Unlock()
-	if first {
-		<-s.gate
-	}
 	r = proto.Clone(r).(*leasev1.AcquireRequest)
 	for _, k := range r.GetKeys() {
 		if k.GetKey() == s.bad {
@@ -64,7 +54,8 @@ func (s *stricter) badCalls() int {
 func TestLeasedRejectedKeyFailsAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var clk bubbleClock
-		src := &stricter{LeaseSource: newAllocator(t, clk), bad: "poison", gate: make(chan struct{})}
+		strict := &stricter{LeaseSource: newAllocator(t, clk), bad: "poison"}
+		src := gateFirst(strict) // the first call waits, so that the keys asked for meanwhile share the next
 		l := newLimiter(t, clk, spender.WithLeases(src), spender.WithSpenderID("gw"), testTuning(time.Second))
 		lim := ration.Limits{RPM: 600, TPM: 600_000}
 		one := ration.Amount{Requests: 1, Tokens: 100}
@@ -104,7 +95,7 @@ func TestLeasedRejectedKeyFailsAlone(t *testing.T) {
 		if _, err := l.Reserve(t.Context(), "poison", lim, one); !errors.Is(err, spender.ErrKeyRejected) {
 			t.Errorf("poison again: %v; want ErrKeyRejected without asking", err)
 		}
-		if n := src.badCalls(); n != 1 {
+		if n := strict.badCalls(); n != 1 {
 			t.Errorf("the rejected key was sent in %d calls; want 1 (never retried)", n)
 		}
 		if err := l.Ready(); err != nil {
@@ -114,7 +105,7 @@ func TestLeasedRejectedKeyFailsAlone(t *testing.T) {
 		if _, err := l.Reserve(t.Context(), "poison", ration.Limits{RPM: 60, TPM: 60_000}, one); !errors.Is(err, spender.ErrKeyRejected) {
 			t.Errorf("poison with new limits: %v; want the allocator's answer (rejected again by this allocator)", err)
 		}
-		if n := src.badCalls(); n != 2 {
+		if n := strict.badCalls(); n != 2 {
 			t.Errorf("after new limits the key was sent in %d calls; want 2", n)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,7 +1,6 @@
 package spender_test
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -9,28 +8,8 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
-	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
-
-// gated holds the first call until gate is closed.
-type gated struct {
-	spender.LeaseSource
-	gate  chan struct{}
-	mu    sync.Mutex
-	calls int
-}
-
-func (g *gated) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
-	g.mu.Lock()
-	g.calls++
-	first := g.calls == 1
-	g.mu.Unlock()
-	if first {
-		<-g.gate
-	}
-	return g.LeaseSource.Acquire(ctx, r)
-}
 
 // TestTooLargeUnderOldLimitsIsNotOversize: while a key's limits change
 // (a keys file reloaded), requests still in flight carry the old limits,
@@ -41,7 +20,7 @@ func (g *gated) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev
 func TestTooLargeUnderOldLimitsIsNotOversize(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var clk bubbleClock
-		src := &gated{LeaseSource: newAllocator(t, clk), gate: make(chan struct{})}
+		src := gateFirst(newAllocator(t, clk))
 		l := newLimiter(t, clk, spender.WithLeases(src), spender.WithSpenderID("gw"), testTuning(time.Second))
 		defer l.Close(ctx)
 		halved, doubled := ration.Limits{TPM: 30_000}, ration.Limits{TPM: 60_000}

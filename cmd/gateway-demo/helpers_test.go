@@ -1,10 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,15 +14,7 @@ import (
 // writeKeys writes keys as a keys file in a temp dir and returns its path.
 func writeKeys(t *testing.T, keys []gateway.Key) string {
 	t.Helper()
-	b, err := json.Marshal(keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "keys.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return testkit.KeysFile(t, keys)
 }
 
 // testConfig is the demo on free loopback ports with a temp data dir.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -123,7 +122,7 @@ func TestDemoReloadsChangedKeysFile(t *testing.T) {
 		if st, _ := rawChat(t, inst.url, "sk-c", "added"); st != http.StatusOK {
 			t.Errorf("%s: added key: %d", inst.url, st)
 		}
-		resp := chatResp(t, inst.url, "sk-b")
+		resp, _ := postChat(t, inst.url, "sk-b", "x")
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("X-Ratelimit-Limit-Requests") != "300" {
 			t.Errorf("%s: changed key: %d, limit %q, want the new 300", inst.url, resp.StatusCode, resp.Header.Get("X-Ratelimit-Limit-Requests"))
 		}
@@ -170,25 +169,6 @@ func TestDemoReloadsChangedKeysFile(t *testing.T) {
 			t.Errorf("the ERROR line lacks %q: %s", want, line)
 		}
 	}
-}
-
-// chatResp is rawChat returning the response (body closed).
-func chatResp(t *testing.T, baseURL, key string) *http.Response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, baseURL+"/v1/chat/completions",
-		strings.NewReader(`{"model":"echo","max_tokens":1,"messages":[{"role":"user","content":"x"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp
 }
 
 // TestDemoWithoutKeysFileIgnoresSIGHUP: with the built-in keys there is

@@ -121,6 +121,14 @@ func TestSDKRetriesHonourRetryAfter(t *testing.T) {
 // rawChat posts a one-word chat request and returns the status and body.
 func rawChat(t *testing.T, baseURL, key, text string) (int, string) {
 	t.Helper()
+	resp, body := postChat(t, baseURL, key, text)
+	return resp.StatusCode, body
+}
+
+// postChat posts a one-word chat request and returns the response, its
+// body read and closed, and the body.
+func postChat(t *testing.T, baseURL, key, text string) (*http.Response, string) {
+	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, baseURL+"/v1/chat/completions",
 		strings.NewReader(`{"model":"echo","max_tokens":1,"messages":[{"role":"user","content":"`+text+`"}]}`))
 	if err != nil {
@@ -134,7 +142,7 @@ func rawChat(t *testing.T, baseURL, key, text string) (int, string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp, string(b)
 }
 
 // TestSDKTooLargeFailsClearly: a request that can never fit is a 429

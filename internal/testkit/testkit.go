@@ -1,15 +1,18 @@
 // Package testkit holds the test scaffolding several packages share: an
 // HTTP server on a loopback port that speaks HTTP/2 without TLS (h2c), as
 // cmd/allocator does, a client for it, a log buffer safe for concurrent
-// writes, and a Limiter constructor that fails the test on an error. It is
-// for tests only.
+// writes, a Limiter constructor that fails the test on an error, and a
+// keys file writer. It is for tests only.
 package testkit
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -73,4 +76,19 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// KeysFile writes entries, encoded as JSON, as a gateway keys file in a
+// new temp dir and returns its path.
+func KeysFile(t testing.TB, entries any) string {
+	t.Helper()
+	b, err := json.Marshal(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "keys.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -406,13 +406,12 @@ func (s *sim) chargesOf(r *request) []spender.Charge {
 	return cs
 }
 
-// drivenOf returns r's charges as leasedrive.Charges (in a buffer reused
-// by the next call).
+// drivenOf is chargesOf as leasedrive.Charges (in buffers reused by the
+// next call of either).
 func (s *sim) drivenOf(r *request) []leasedrive.Charge {
 	cs := s.driven[:r.nch]
-	for i, c := range r.charges() {
-		b := &s.budgets[c.b]
-		cs[i] = leasedrive.Charge{Key: b.name, Limits: b.lim, Cost: c.cost}
+	for i, c := range s.chargesOf(r) {
+		cs[i] = leasedrive.Charge(c)
 	}
 	return cs
 }

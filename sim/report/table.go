@@ -10,15 +10,16 @@ import (
 	"github.com/rationhq/ration/sim/engine"
 )
 
-// column is one of the table's headers and how its cell is computed.
-type column struct {
+// column is one of a table's headers and how its cell is computed from a
+// row of type T.
+type column[T any] struct {
 	head string
-	cell func(r *engine.Result) string
+	cell func(T) string
 }
 
 // columns returns the table's columns in order.
-func columns() []column {
-	return []column{
+func columns() []column[*engine.Result] {
+	return []column[*engine.Result]{
 		{"scenario", func(r *engine.Result) string { return r.Scenario }},
 		{"strategy", func(r *engine.Result) string { return string(r.Strategy) }},
 		{"admit%", func(r *engine.Result) string { return pct(r.AdmitFrac) }},
@@ -71,15 +72,9 @@ type budgetRow struct {
 	b *engine.BudgetResult
 }
 
-// budgetColumn is a column of the per-budget table.
-type budgetColumn struct {
-	head string
-	cell func(budgetRow) string
-}
-
 // budgetColumns returns the per-budget table's columns in order.
-func budgetColumns() []budgetColumn {
-	return []budgetColumn{
+func budgetColumns() []column[budgetRow] {
+	return []column[budgetRow]{
 		{"scenario", func(x budgetRow) string { return x.r.Scenario }},
 		{"strategy", func(x budgetRow) string { return string(x.r.Strategy) }},
 		{"budget", func(x budgetRow) string { return x.b.Name }},
@@ -142,28 +137,17 @@ func Table(w io.Writer, rs []*engine.Result, markdown bool) error {
 	if _, err := io.WriteString(w, "\n"); err != nil {
 		return err
 	}
-	bcols := budgetColumns()
-	var hs []string
-	for _, c := range bcols {
-		hs = append(hs, c.head)
-	}
-	cells := make([][]string, len(rows))
-	for i, x := range rows {
-		for _, c := range bcols {
-			cells[i] = append(cells[i], c.cell(x))
-		}
-	}
-	return writeCells(w, hs, cells, markdown)
+	return writeTable(w, rows, budgetColumns(), markdown)
 }
 
-// writeTable writes one row per result.
-func writeTable(w io.Writer, rs []*engine.Result, columns []column, markdown bool) error {
+// writeTable writes one row per element of rows.
+func writeTable[T any](w io.Writer, rows []T, columns []column[T], markdown bool) error {
 	var hs []string
 	for _, c := range columns {
 		hs = append(hs, c.head)
 	}
-	cells := make([][]string, len(rs))
-	for i, r := range rs {
+	cells := make([][]string, len(rows))
+	for i, r := range rows {
 		for _, c := range columns {
 			cells[i] = append(cells[i], c.cell(r))
 		}
