@@ -354,14 +354,18 @@ func (st *store) recover(state *ledger.State, now bucket.Instant) error {
 	if err := st.checkpoint(); err != nil {
 		return fmt.Errorf("allocator: replay journal: %w", err)
 	}
-	lost := 0
+	var lost ledger.Changes
 	err = st.db.View(func(tx *bolt.Tx) error {
 		for kind, name := range [2][]byte{bucketKeys, bucketSessions} {
 			session := kind == 1
 			err := tx.Bucket(name).ForEach(func(k, v []byte) error {
 				if err := state.Load(ledger.Record{Session: session, Name: string(k), Value: v}, now); err != nil {
 					st.logger.Warn("allocator: record not vouched for: a key starts empty, a session is forgotten", "session", session, "err", err)
-					lost++
+					if session {
+						lost.Sessions = append(lost.Sessions, string(k))
+					} else {
+						lost.Keys = append(lost.Keys, string(k))
+					}
 				}
 				return nil
 			})
@@ -374,7 +378,29 @@ func (st *store) recover(state *ledger.State, now bucket.Instant) error {
 	if err != nil {
 		return fmt.Errorf("allocator: recover store: %w", err)
 	}
+	// Write what the state now vouches for in place of the records it could
+	// not: a key empty from this start, a session forgotten. Otherwise the
+	// next restart would meet the same damage and start the key empty again,
+	// later.
+	if !lost.Empty() {
+		batch := state.AppendRecords(nil, lost)
+		err := st.db.Update(func(tx *bolt.Tx) error {
+			return ledger.DecodeRecords(batch, func(r ledger.Record) error {
+				b := tx.Bucket(bucketKeys)
+				if r.Session {
+					b = tx.Bucket(bucketSessions)
+				}
+				if r.Value == nil {
+					return b.Delete([]byte(r.Name))
+				}
+				return b.Put([]byte(r.Name), r.Value)
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("allocator: replace records not vouched for: %w", err)
+		}
+	}
 	stats := state.Stats()
-	st.logger.Info("allocator: store recovered", "keys", stats.Keys, "sessions", stats.Sessions, "not_vouched", lost)
+	st.logger.Info("allocator: store recovered", "keys", stats.Keys, "sessions", stats.Sessions, "not_vouched", len(lost.Keys)+len(lost.Sessions))
 	return nil
 }

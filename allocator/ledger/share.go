@@ -133,7 +133,9 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 		}
 	}
 	split := func(d *dim, demand func(*holding) int64, share func(*holding) uint32, other int64) (uint32, int64) {
-		if !d.on || demand(h) <= 0 {
+		if !d.on || demand(h) <= 0 || d.b.Last() > now {
+			// (A bucket whose refill starts later, a key whose state was
+			// lost, has no refill to share yet.)
 			return 0, 0
 		}
 		lim := d.b.Limit()

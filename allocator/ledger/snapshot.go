@@ -42,7 +42,10 @@ func (s *State) Load(r Record, now bucket.Instant) error {
 		err = fmt.Errorf("allocator: key record: bad key: %w", errCorrupt)
 	}
 	if err != nil {
-		ks = &keyState{fresh: true, emptyFrom: now}
+		// Empty, and refilling only once every lease granted before the
+		// loss has expired: until then the spenders may still spend those
+		// leases, which the key's state no longer counts (docs/bound.md).
+		ks = &keyState{fresh: true, emptyFrom: now.Add(s.cfg.TTL)}
 	}
 	s.keys[r.Name] = ks
 	return err

@@ -417,7 +417,7 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 		out.Status = StatusTooLarge
 	default:
 		free := ks.freeShare()
-		w := max(wait(&ks.req, k.Need.Requests, free.Requests), wait(&ks.tok, k.Need.Tokens, free.Tokens))
+		w := max(wait(&ks.req, k.Need.Requests, free.Requests, now), wait(&ks.tok, k.Need.Tokens, free.Tokens, now))
 		if w > 0 {
 			out.Status, out.RetryAfter = StatusNotCovered, min(w, s.sharedWait(free))
 			break
@@ -436,13 +436,18 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 
 func fits(d *dim, n int64) bool { return !d.on || d.b.Fits(n) }
 
-// wait is how long d's bucket takes to cover n at the free part of its
-// refill rate (millionths; the rest refills spenders' shares).
-func wait(d *dim, n int64, free uint32) time.Duration {
+// wait is how long after now d's bucket takes to cover n at the free part
+// of its refill rate (millionths; the rest refills spenders' shares),
+// counting a refill that starts later (a key whose state was lost).
+func wait(d *dim, n int64, free uint32, now bucket.Instant) time.Duration {
 	if !d.on {
 		return 0
 	}
-	return d.b.WaitFraction(n, uint64(free), ration.ShareUnit)
+	w := d.b.WaitFraction(n, uint64(free), ration.ShareUnit)
+	if later := d.b.Last().Sub(now); w > 0 && later > 0 {
+		w = min(w, bucket.InfDuration-later) + later
+	}
+	return w
 }
 
 // sharedWait caps the wait a NOT_COVERED answer names while shares take
@@ -492,7 +497,7 @@ func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.I
 		out.Status = StatusTooLarge
 	default:
 		free := ks.freeShare()
-		w := max(wait(&ks.req, k.Cost.Requests, free.Requests), wait(&ks.tok, k.Cost.Tokens, free.Tokens))
+		w := max(wait(&ks.req, k.Cost.Requests, free.Requests, now), wait(&ks.tok, k.Cost.Tokens, free.Tokens, now))
 		if w > 0 && s.cfg.Strict {
 			// A reservation that waits is paid by refill still to come, but
 			// the strict cap (level + holdings <= C) burns refill while the
