@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,12 +53,12 @@ func TestRunShowsEveryBudget(t *testing.T) {
 		t.Fatalf("run: %v (stderr %q)", err, stderr.String())
 	}
 	out := stdout.String()
-	for _, want := range []string{"| team | leased | key-0 | RPM 4000 |", "| team | leased | key-3 | RPM 1000 |", "| team | leased | team | RPM 6000 |"} {
+	for _, want := range []string{"| team | leased | 8 | 2× | key-0 | RPM 4000 |", "| team | leased | 8 | 2× | key-3 | RPM 1000 |", "| team | leased | 8 | 2× | team | RPM 6000 |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the table lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "| zipf | leased | sim-key |") {
+	if strings.Contains(out, "| sim-key |") {
 		t.Errorf("a one-key scenario has a per-budget row:\n%s", out)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "budgets.csv"))
@@ -75,9 +76,49 @@ func TestRunShowsEveryBudget(t *testing.T) {
 	}
 }
 
+// TestRunSweeps: lists of fleet sizes and loads run every combination,
+// one table row each with its N and load; -out writes every row into
+// results.csv and each combination's files into its own directory; -check
+// adds one checked row per leased run and, on a miss, returns errMissed.
+func TestRunSweeps(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	args := []string{"-scenario", "uniform", "-strategies", "static,leased", "-instances", "2,3", "-overload", "0.5,3", "-duration", "5s", "-out", dir, "-markdown", "-check"}
+	err := run(args, &stdout, &stderr)
+	if err != nil && !errors.Is(err, errMissed) {
+		t.Fatalf("run: %v (stderr %q)", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"| uniform | static | 2 | 0.5× |", "| uniform | leased | 2 | 3× |", "| uniform | static | 3 | 0.5× |", "| uniform | leased | 3 | 3× |",
+		"| scenario | strategy | N | load | waited |", "check: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "| uniform | leased |"); n != 8 {
+		t.Errorf("%d leased rows, want 4 results and 4 checked:\n%s", n, out)
+	}
+	if strings.Contains(out, "MISS") != (err != nil) {
+		t.Errorf("run returned %v, and the check table says:\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rows := strings.Count(string(b), "\n"); rows != 1+8 {
+		t.Errorf("results.csv has %d lines, want a header and 8 rows", rows)
+	}
+	for _, sub := range []string{"n2-load0.5", "n2-load3", "n3-load0.5", "n3-load3"} {
+		if _, err := os.Stat(filepath.Join(dir, sub, "uniform.svg")); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 // TestRunRejectsBadFlags: unknown names are errors, not silent defaults.
 func TestRunRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-scenario", "nope"}, {"-strategies", "nope"}, {"-fallback", "nope"}} {
+	for _, args := range [][]string{{"-scenario", "nope"}, {"-strategies", "nope"}, {"-fallback", "nope"},
+		{"-instances", "8,x"}, {"-instances", "0"}, {"-overload", "2,"}, {"-overload", "-1"}} {
 		var out bytes.Buffer
 		if err := run(args, &out, &out); err == nil {
 			t.Errorf("run(%v) = nil, want an error", args)

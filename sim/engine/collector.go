@@ -24,6 +24,11 @@ type collector struct {
 	bud               []budgetCol
 	calls             int64
 	allocErrors       int64
+	keyGrants         int64   // key entries the allocator answered, the whole run
+	keyGrantsTraffic  int64   // of those, answered while traffic was offered
+	refresh           int64   // the refresh interval active pairs are counted over, µs
+	pairSeen          []int64 // by budget × instance: 1 + the last refresh interval offered a request, 0 never
+	pairIntervals     int64   // (pair, interval) with a request offered
 	waits             []int64
 	series            []Point
 	cur               Point
@@ -52,6 +57,8 @@ func (c *collector) init(s *sim) {
 	c.outageAdmitted, c.outageOffered = make([]int64, n), make([]int64, n)
 	c.half = s.end / 2
 	c.bud = make([]budgetCol, len(s.budgets))
+	c.refresh = max(1, int64(s.cfg.Refresh/time.Microsecond))
+	c.pairSeen = make([]int64, len(s.budgets)*n)
 	for i, b := range s.budgets {
 		lim := b.lim
 		bc := &c.bud[i]
@@ -94,6 +101,13 @@ func (c *collector) primaryUnits(r *request) int64 {
 func (c *collector) onOffer(s *sim, r *request) {
 	c.offered++
 	c.instOffered[r.origin]++
+	iv := 1 + s.now/c.refresh
+	for _, ch := range r.charges() {
+		if p := &c.pairSeen[int(ch.b)*len(c.instOffered)+int(r.inst)]; *p != iv {
+			*p = iv
+			c.pairIntervals++
+		}
+	}
 	if s.now >= c.outFrom && s.now < c.outTo {
 		c.outageOffered[r.origin]++
 	}
@@ -172,6 +186,16 @@ func (b *budgetCol) charge(t int64, fb bool, req, tok int64) {
 	}
 }
 
+// onAnswered counts the key entries of a call the allocator answered
+// (replays from its exactly-once record and answers lost on the way back
+// included): its per-key work.
+func (c *collector) onAnswered(s *sim, keys int) {
+	c.keyGrants += int64(keys)
+	if s.now < s.end {
+		c.keyGrantsTraffic += int64(keys)
+	}
+}
+
 // applied records what the allocator did with one call (each sequence once).
 func (c *collector) onApplied(s *sim, req *leasev1.AcquireRequest, resp *leasev1.AcquireResponse) {
 	for i, k := range req.GetKeys() {
@@ -195,7 +219,7 @@ func (s *sim) result() *Result {
 	c := &s.col
 	cfg := s.cfg
 	r := &Result{
-		Scenario: cfg.Scenario.Name, Strategy: cfg.Strategy, Instances: cfg.Instances,
+		Scenario: cfg.Scenario.Name, Strategy: cfg.Strategy, Instances: cfg.Instances, Overload: cfg.Overload,
 		Duration: cfg.Duration, Seed: cfg.Seed, TTL: cfg.TTL,
 		Offered: c.offered, Admitted: c.admitted,
 		InstOffered: c.instOffered, InstAdmitted: c.instAdmitted,
@@ -222,6 +246,13 @@ func (s *sim) result() *Result {
 	r.AllocErrors = c.allocErrors
 	if c.admitted > 0 {
 		r.CallsPerAdmit = float64(c.calls) / float64(c.admitted)
+	}
+	r.KeyGrants, r.Refresh = c.keyGrants, cfg.Refresh
+	r.KeyGrantsPerSec = float64(c.keyGrantsTraffic) / T
+	intervals := (s.end + c.refresh - 1) / c.refresh
+	r.ActivePairs = float64(c.pairIntervals) / float64(max(1, intervals))
+	if r.ActivePairs > 0 {
+		r.KeyGrantsPerPair = r.KeyGrantsPerSec / r.ActivePairs
 	}
 	r.finishFairness()
 	r.percentiles(c.waits)

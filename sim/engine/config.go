@@ -84,9 +84,19 @@ type Config struct {
 	Tick         time.Duration          // spender maintenance interval; default 250ms (the spender's)
 	SeriesStep   time.Duration          // time-series bucket width; default 1s
 
+	// Refresh is the refresh interval active (key, gateway) pairs are
+	// counted over (Result.ActivePairs): a pair is active in an interval
+	// when the gateway was offered a request charged to the key in it.
+	// Default: the lease horizon, how much spend one refresh covers.
+	Refresh time.Duration
+
 	// Progress, if not nil, is called now and then with the virtual time
 	// reached and the total (traffic plus drain). It must not block.
 	Progress func(done, total time.Duration)
+
+	// wrapSource, if not nil, wraps the allocator's service as every
+	// allocator call of the run reaches it (tests count through it).
+	wrapSource func(spender.LeaseSource) spender.LeaseSource
 }
 
 // withDefaults fills zero fields.
@@ -133,6 +143,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SeriesStep <= 0 {
 		c.SeriesStep = time.Second
+	}
+	if c.Refresh <= 0 {
+		c.Refresh = c.Horizon
 	}
 	return c
 }

@@ -21,9 +21,11 @@
 // Run returns a Result: the admitted fraction of C + rho*t and of an
 // ideal single bucket, the worst overshoot over every window length, each
 // instance's admission probability and Jain's index, allocator calls per
-// admission, added latency, fallback admissions, stranded budget and
-// tokens reserved against used; and, per budget (Result.Budgets), the
-// admitted units against the ideal's and each budget's worst window.
+// admission, key-grants (the key entries the allocator answered) per
+// second and per active (key, gateway) pair, added latency, fallback
+// admissions, stranded budget and tokens reserved against used; and, per
+// budget (Result.Budgets), the admitted units against the ideal's and each
+// budget's worst window.
 //
 // # Guarantees
 //

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"reflect"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -336,4 +338,137 @@ func ExampleRun() {
 	}
 	fmt.Printf("static split, all traffic on one of 4 instances: %.2f of the limit in the long run\n", r.Steady)
 	// Output: static split, all traffic on one of 4 instances: 0.25 of the limit in the long run
+}
+
+// countingSource counts the key entries of every call the allocator
+// answers without an error: what a LeaseSource in front of the allocator
+// sees of its per-key work.
+type countingSource struct {
+	spender.LeaseSource
+	keys, calls int64
+}
+
+func (c *countingSource) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	resp, err := c.LeaseSource.Acquire(ctx, r)
+	if err == nil {
+		c.keys += int64(len(resp.GetKeys()))
+		c.calls++
+	}
+	return resp, err
+}
+
+func (c *countingSource) ReserveAhead(ctx context.Context, r *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
+	resp, err := c.LeaseSource.ReserveAhead(ctx, r)
+	if err == nil {
+		c.keys += int64(len(resp.GetKeys()))
+		c.calls++
+	}
+	return resp, err
+}
+
+// TestKeyGrantsMatchACountingSource: the key-grants a run reports are the
+// key entries a source in front of the allocator counts in its answers,
+// with lost messages and replays (lossy), calls refused in an outage,
+// several keys per call (team) and central's call per request; the rate
+// counts those answered during the traffic, and the active pairs are the
+// instances with traffic per refresh interval.
+func TestKeyGrantsMatchACountingSource(t *testing.T) {
+	for _, tc := range []struct {
+		scenario string
+		st       Strategy
+		rpm      int64
+	}{
+		{"lossy", Leased, 0},
+		{"outage", LeasedStrict, 0},
+		{"team", Leased, 0},
+		{"moving", Leased, 0},
+		{"lossy", Central, 600},
+	} {
+		t.Run(tc.scenario+"/"+string(tc.st), func(t *testing.T) {
+			t.Parallel()
+			cs := &countingSource{}
+			cfg := Config{Scenario: scenario(t, tc.scenario), Strategy: tc.st, Duration: 20 * time.Second, Seed: 5,
+				wrapSource: func(src spender.LeaseSource) spender.LeaseSource { cs.LeaseSource = src; return cs }}
+			if tc.rpm > 0 {
+				cfg.Limits = ration.Limits{RPM: tc.rpm}
+			}
+			r := mustRun(t, cfg)
+			if r.KeyGrants != cs.keys || cs.keys == 0 {
+				t.Fatalf("the run counted %d key-grants, the source %d; want equal and positive", r.KeyGrants, cs.keys)
+			}
+			if cs.keys < cs.calls || tc.scenario == "team" && cs.keys == cs.calls {
+				t.Errorf("%d keys in %d answered calls", cs.keys, cs.calls)
+			}
+			if during := r.KeyGrantsPerSec * r.Duration.Seconds(); during > float64(r.KeyGrants)+1e-6 || during < 0.5*float64(r.KeyGrants) {
+				t.Errorf("%.0f key-grants during the traffic, of %d in the run", during, r.KeyGrants)
+			}
+			if r.Refresh != 2*time.Second || r.ActivePairs <= 0 || r.ActivePairs > float64(len(r.Budgets)*r.Instances) {
+				t.Errorf("%.2f active pairs per %v refresh interval", r.ActivePairs, r.Refresh)
+			}
+			if math.Abs(r.KeyGrantsPerPair*r.ActivePairs-r.KeyGrantsPerSec) > 1e-9 {
+				t.Errorf("%.4f key-grants/s per pair × %.2f pairs ≠ %.4f key-grants/s", r.KeyGrantsPerPair, r.ActivePairs, r.KeyGrantsPerSec)
+			}
+			t.Logf("%d key-grants in %d answered calls (%d attempts), %.2f/s, %.2f active pairs, %.3f/s per pair", r.KeyGrants, cs.calls, r.Calls, r.KeyGrantsPerSec, r.ActivePairs, r.KeyGrantsPerPair)
+		})
+	}
+	t.Run("static", func(t *testing.T) {
+		r := mustRun(t, Config{Scenario: scenario(t, "uniform"), Strategy: Static, Duration: 10 * time.Second, Seed: 5})
+		// 200 requests a second over 8 instances: every instance has
+		// traffic in every 2 s interval.
+		if r.KeyGrants != 0 || r.KeyGrantsPerSec != 0 || r.ActivePairs != 8 {
+			t.Errorf("static: %d key-grants (%.2f/s), %.2f active pairs; want none, none and 8", r.KeyGrants, r.KeyGrantsPerSec, r.ActivePairs)
+		}
+	})
+}
+
+// TestMovingMovesTheTraffic: in the moving scenario each 5 s period's
+// busy quarter of the instances is offered about 90% of the requests, the
+// busy quarter of one period is idle-ish in the next (the per-instance
+// offered counts differ by period), and every instance is busy in turn.
+func TestMovingMovesTheTraffic(t *testing.T) {
+	sc := scenario(t, "moving")
+	for _, n := range []int{8, 64} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			tr := newTraffic(Config{Scenario: sc, Limits: ration.Limits{RPM: 6000}, Overload: 2, Seed: 3}, 0)
+			live := make([]int32, n)
+			for i := range live {
+				live[i] = int32(i)
+			}
+			k := n / 4
+			period := int64(5 * time.Second / time.Microsecond)
+			const draws = 20_000
+			busyEver := make([]bool, n)
+			var prev []int64
+			for p := range int64(8) {
+				counts := make([]int64, n)
+				var r request
+				for j := range int64(draws) {
+					tr.fill(&r, p*period+j*period/draws, live)
+					counts[r.origin]++
+				}
+				busy, first := int64(0), int(p)*k%n
+				for j := range k {
+					i := (first + j) % n
+					busy += counts[i]
+					busyEver[i] = true
+					if prev != nil && counts[i] < 4*prev[i] {
+						t.Errorf("period %d: busy instance %d offered %d, %d in the period before; want the traffic moved to it", p, i, counts[i], prev[i])
+					}
+				}
+				if f := float64(busy) / draws; f < 0.88 || f > 0.92 {
+					t.Errorf("period %d: the busy quarter from instance %d was offered %.3f of the requests, want about 0.9", p, first, f)
+				}
+				prev = counts
+			}
+			for i, b := range busyEver {
+				if !b {
+					t.Errorf("instance %d was never busy in 8 periods", i)
+				}
+			}
+		})
+	}
+	// Over whole cycles every instance is offered the same on average.
+	if sh := sc.Shares(8); math.Abs(sh[0]-0.125) > 1e-12 {
+		t.Errorf("shares %v, want uniform", sh)
+	}
 }

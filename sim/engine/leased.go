@@ -8,7 +8,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
@@ -31,7 +30,7 @@ func (leased) join(s *sim, i int32) {
 	if err != nil {
 		panic(err) // a fresh registry cannot hold a duplicate
 	}
-	tap := &releaseTap{svc: s.svc, s: s}
+	tap := &releaseTap{s: s}
 	in.lim = mustLimiter(s.clk,
 		spender.WithShards(1), // a few keys: one shard keeps maintenance cheap
 		spender.WithLeases(tap),
@@ -234,11 +233,11 @@ func (l leased) finish(s *sim) {
 // releaseTap is the LeaseSource a leased spender holds. It takes the
 // spender's machine (Drive), whose calls travel the simulated network; only
 // Close uses the methods below. It records what Release gave back so
-// stranded budget can be accounted.
+// stranded budget can be accounted, and counts the key entries the
+// allocator answers as the network path does.
 type releaseTap struct {
-	svc *allocator.Service
-	s   *sim
-	m   leasedrive.Machine
+	s *sim
+	m leasedrive.Machine
 }
 
 var _ leasedrive.Source = (*releaseTap)(nil)
@@ -247,15 +246,23 @@ var _ leasedrive.Source = (*releaseTap)(nil)
 func (t *releaseTap) Drive(m leasedrive.Machine) { t.m = m }
 
 func (t *releaseTap) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
-	return t.svc.Acquire(ctx, r)
+	resp, err := t.s.src.Acquire(ctx, r)
+	if err == nil {
+		t.s.col.onAnswered(t.s, len(resp.GetKeys()))
+	}
+	return resp, err
 }
 
 func (t *releaseTap) ReserveAhead(ctx context.Context, r *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
-	return t.svc.ReserveAhead(ctx, r)
+	resp, err := t.s.src.ReserveAhead(ctx, r)
+	if err == nil {
+		t.s.col.onAnswered(t.s, len(resp.GetKeys()))
+	}
+	return resp, err
 }
 
 func (t *releaseTap) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
-	resp, err := t.svc.Release(ctx, r)
+	resp, err := t.s.src.Release(ctx, r)
 	if err == nil {
 		c := &t.s.col
 		for i, k := range r.GetKeys() {

@@ -123,7 +123,10 @@ func (s *sim) netArrive(ep int32, g uint32) {
 	if e.body == nil || g < e.callFirst {
 		return
 	}
-	resp, err := s.svc.Acquire(s.ctx, e.body)
+	resp, err := s.src.Acquire(s.ctx, e.body)
+	if err == nil {
+		s.col.onAnswered(s, len(resp.GetKeys()))
+	}
 	if err == nil && e.body.GetCaller().GetSequence() != e.applied {
 		e.applied = e.body.GetCaller().GetSequence()
 		s.col.onApplied(s, e.body, resp)

@@ -18,6 +18,7 @@ type Result struct {
 	Scenario  string
 	Strategy  Strategy
 	Instances int
+	Overload  float64       // offered load over the binding limit's rate
 	Duration  time.Duration // traffic was offered for this long (virtual)
 	Seed      uint64
 	Primary   string // the primary budget's key
@@ -69,6 +70,24 @@ type Result struct {
 
 	Calls         int64   // allocator call attempts (lost ones included)
 	CallsPerAdmit float64 // Calls / Admitted
+
+	// KeyGrants is the allocator's per-key work: the key entries of every
+	// Acquire (and ReserveAhead) it answered, one per key of each call,
+	// whatever it granted, replays from its exactly-once record and
+	// answers lost on the way back included, over the whole run (drain
+	// too). KeyGrantsPerSec is those answered while traffic was offered,
+	// per second of it.
+	KeyGrants       int64
+	KeyGrantsPerSec float64
+	// ActivePairs is the mean number of active (key, gateway) pairs per
+	// refresh interval (Refresh): a pair is active in an interval when
+	// the gateway was offered a request charged to the key in it.
+	// KeyGrantsPerPair is KeyGrantsPerSec / ActivePairs: at most
+	// 1/Refresh when each active pair is granted at most once per
+	// refresh interval.
+	Refresh          time.Duration
+	ActivePairs      float64
+	KeyGrantsPerPair float64
 
 	// Added latency: the time a request waited on a simulated allocator
 	// call before its decision, over every offered request (most wait 0).

@@ -30,6 +30,13 @@ const (
 	Bursts
 	// Fixed uses the scenario's Weights, one per instance.
 	Fixed
+	// Moving gives a busy quarter of the live instances (at least one)
+	// HotShare of the traffic, spread uniformly over them, and the rest
+	// uniformly to the others. Every Period the busy quarter moves on to
+	// the next instances (period p's starts at live[p*k mod n], k its
+	// size), so consecutive periods' busy sets do not overlap and every
+	// instance takes its turn; the total stays constant.
+	Moving
 )
 
 // Scenario is a traffic pattern and the conditions around it. Scenarios
@@ -40,8 +47,8 @@ type Scenario struct {
 
 	Skew     Skew
 	ZipfS    float64       // Zipf exponent; default 1.1
-	HotShare float64       // Rotate: the hot instance's share; default 0.8
-	Period   time.Duration // Rotate and Bursts: how often the pattern moves; default 10s and 5s
+	HotShare float64       // Rotate and Moving: the hot instance's or busy quarter's share; default 0.8
+	Period   time.Duration // Rotate, Bursts and Moving: how often the pattern moves; default 10s, 5s and 5s
 	Weights  []float64     // Fixed: weights by instance; need not sum to 1
 
 	// Tokens makes requests carry a token cost: a prompt of 10 to 50
@@ -76,6 +83,7 @@ func Scenarios() []Scenario {
 		{Name: "one", About: "all traffic on one instance", Skew: OneHot},
 		{Name: "rotating", About: "one hot instance takes 80%, a different one every 10 s", Skew: Rotate},
 		{Name: "bursts", About: "a random quarter of the instances carries all traffic, redrawn every 5 s", Skew: Bursts},
+		{Name: "moving", About: "a quarter of the instances carries 90% of the traffic, the others 10%; every 5 s the busy quarter moves on to the next instances", Skew: Moving, HotShare: 0.9},
 		{Name: "autoscale", About: "N/2 instances, scaling to N and back (uniform traffic over the live ones)", Skew: Uniform, Autoscale: true},
 		{Name: "outage", About: "Zipf traffic; the allocator is unreachable from 40% to 60% of the run", Skew: Zipf, OutageFrom: 0.4, OutageTo: 0.6},
 		{Name: "lossy", About: "Zipf traffic; 5% of messages lost each way, 5 ms jitter", Skew: Zipf, Loss: 0.05, Jitter: 5 * time.Millisecond},
@@ -212,14 +220,14 @@ func (s Scenario) period() time.Duration {
 	switch {
 	case s.Period > 0:
 		return s.Period
-	case s.Skew == Bursts:
+	case s.Skew == Bursts, s.Skew == Moving:
 		return 5 * time.Second
 	}
 	return 10 * time.Second
 }
 
 // Shares returns the expected fraction of traffic each of n live instances
-// receives (averaged over time for Rotate and Bursts).
+// receives (averaged over time for Rotate, Bursts and Moving).
 func (s Scenario) Shares(n int) []float64 {
 	w := make([]float64, n)
 	switch s.Skew {
@@ -289,6 +297,14 @@ func (r *router) pick(rng *rand.Rand, t int64, live []int32, rot int) int32 {
 			r.drawBurst(p, n)
 		}
 		return live[r.burst[rng.IntN(len(r.burst))]]
+	case Moving:
+		k := max(1, n/4)
+		p := t / int64(r.sc.period()/time.Microsecond)
+		first := int(p * int64(k) % int64(n))
+		if n == k || rng.Float64() < r.sc.hotShare() {
+			return live[(first+rng.IntN(k))%n]
+		}
+		return live[(first+k+rng.IntN(n-k))%n]
 	}
 	if r.n != n {
 		sh := r.sc.Shares(n)

@@ -66,7 +66,8 @@ type sim struct {
 	strat  strategy
 	ledger *allocator.Ledger
 	svc    *allocator.Service
-	shadow *spender.Limiter // the ideal: one exact bucket, every arrival, no network
+	src    spender.LeaseSource // svc as every allocator call reaches it (wrapped in tests)
+	shadow *spender.Limiter    // the ideal: one exact bucket, every arrival, no network
 
 	outFrom, outTo int64 // allocator outage, virtual µs
 
@@ -159,6 +160,10 @@ func newSim(cfg Config) (*sim, error) {
 			return nil, err
 		}
 		s.ledger, s.svc = led, allocator.NewService(led)
+		s.src = s.svc
+		if cfg.wrapSource != nil {
+			s.src = cfg.wrapSource(s.svc)
+		}
 	}
 
 	initial, joins, leaves := cfg.Scenario.membership(cfg.Instances, cfg.Duration)

@@ -15,17 +15,19 @@ func d(v int64) string   { return strconv.FormatInt(v, 10) }
 // ResultsCSV writes one row per result with every measurement.
 func ResultsCSV(w io.Writer, rs []*engine.Result) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"scenario", "strategy", "instances", "duration_s", "seed", "dimension", "capacity", "rate_per_s", "ttl_s",
+	cw.Write([]string{"scenario", "strategy", "instances", "overload", "duration_s", "seed", "dimension", "capacity", "rate_per_s", "ttl_s",
 		"offered", "admitted", "admitted_units", "allowed_units", "admit_frac", "ideal_units", "vs_ideal", "steady_frac",
 		"over_limit_frac_of_c", "over_lease_frac_of_c", "over_limit_granted_frac_of_c", "over_lease_granted_frac_of_c",
-		"jain", "min_prob", "max_prob", "calls", "calls_per_admit", "waited_frac", "p50_ms", "p99_ms", "max_wait_ms",
+		"jain", "min_prob", "max_prob", "calls", "calls_per_admit",
+		"key_grants", "key_grants_per_s", "refresh_s", "active_pairs", "key_grants_per_s_per_pair", "waited_frac", "p50_ms", "p99_ms", "max_wait_ms",
 		"fallback_admits", "fallback_units", "alloc_errors", "stranded_units", "stranded_frac", "reserved_tokens", "used_tokens"})
 	for _, r := range rs {
-		cw.Write([]string{r.Scenario, string(r.Strategy), d(int64(r.Instances)), f(r.Duration.Seconds()), strconv.FormatUint(r.Seed, 10),
+		cw.Write([]string{r.Scenario, string(r.Strategy), d(int64(r.Instances)), f(r.Overload), f(r.Duration.Seconds()), strconv.FormatUint(r.Seed, 10),
 			r.Dim.String(), d(r.Capacity), f(r.Rate), f(r.TTL.Seconds()),
 			d(r.Offered), d(r.Admitted), f(r.AdmittedUnits), f(r.Allowed), f(r.AdmitFrac), f(r.IdealUnits), f(r.VsIdeal), f(r.Steady),
 			f(r.OverLimit), f(r.OverLease), f(r.OverLimitGranted), f(r.OverLeaseGranted),
-			f(r.Jain), f(r.MinProb), f(r.MaxProb), d(r.Calls), f(r.CallsPerAdmit), f(r.WaitedFrac),
+			f(r.Jain), f(r.MinProb), f(r.MaxProb), d(r.Calls), f(r.CallsPerAdmit),
+			d(r.KeyGrants), f(r.KeyGrantsPerSec), f(r.Refresh.Seconds()), f(r.ActivePairs), f(r.KeyGrantsPerPair), f(r.WaitedFrac),
 			f(r.P50.Seconds() * 1e3), f(r.P99.Seconds() * 1e3), f(r.MaxWait.Seconds() * 1e3),
 			d(r.Fallback), f(r.FallbackUnits), d(r.AllocErrors), f(r.Stranded), f(r.StrandedFrac), d(r.ReservedTokens), d(r.UsedTokens)})
 	}
@@ -38,13 +40,13 @@ func ResultsCSV(w io.Writer, rs []*engine.Result) error {
 // the result's own numbers.
 func BudgetsCSV(w io.Writer, rs []*engine.Result) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"scenario", "strategy", "budget", "primary", "dimension", "rpm", "tpm", "capacity", "rate_per_s",
+	cw.Write([]string{"scenario", "strategy", "instances", "overload", "budget", "primary", "dimension", "rpm", "tpm", "capacity", "rate_per_s",
 		"offered_units", "admitted_units", "allowed_units", "admit_frac", "ideal_units", "vs_ideal", "steady_frac",
 		"over_limit_frac_of_c", "over_lease_frac_of_c", "over_limit_granted_frac_of_c", "over_lease_granted_frac_of_c",
 		"fallback_units", "stranded_units", "stranded_frac"})
 	for _, r := range rs {
 		for _, b := range r.Budgets {
-			cw.Write([]string{r.Scenario, string(r.Strategy), b.Name, strconv.FormatBool(b.Name == r.Primary), b.Dim.String(),
+			cw.Write([]string{r.Scenario, string(r.Strategy), d(int64(r.Instances)), f(r.Overload), b.Name, strconv.FormatBool(b.Name == r.Primary), b.Dim.String(),
 				d(b.Limits.RPM), d(b.Limits.TPM), d(b.Capacity), f(b.Rate),
 				f(b.OfferedUnits), f(b.AdmittedUnits), f(b.Allowed), f(b.AdmitFrac), f(b.IdealUnits), f(b.VsIdeal), f(b.Steady),
 				f(b.OverLimit), f(b.OverLease), f(b.OverLimitGranted), f(b.OverLeaseGranted),

@@ -22,6 +22,8 @@ func columns() []column[*engine.Result] {
 	return []column[*engine.Result]{
 		{"scenario", func(r *engine.Result) string { return r.Scenario }},
 		{"strategy", func(r *engine.Result) string { return string(r.Strategy) }},
+		{"N", func(r *engine.Result) string { return fmt.Sprint(r.Instances) }},
+		{"load", func(r *engine.Result) string { return load(r) }},
 		{"admit%", func(r *engine.Result) string { return pct(r.AdmitFrac) }},
 		{"vs ideal", func(r *engine.Result) string { return pct(r.VsIdeal) }},
 		{"steady%ρ", func(r *engine.Result) string { return pct(r.Steady) }},
@@ -31,6 +33,9 @@ func columns() []column[*engine.Result] {
 		{"min p", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.MinProb) }},
 		{"max p", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.MaxProb) }},
 		{"calls/adm", func(r *engine.Result) string { return fmt.Sprintf("%.4f", r.CallsPerAdmit) }},
+		{"grants/s", func(r *engine.Result) string { return fmt.Sprintf("%.2f", r.KeyGrantsPerSec) }},
+		{"pairs", func(r *engine.Result) string { return fmt.Sprintf("%.1f", r.ActivePairs) }},
+		{"grants/s/pair", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.KeyGrantsPerPair) }},
 		{"waited", func(r *engine.Result) string { return pct(r.WaitedFrac) }},
 		{"p50", func(r *engine.Result) string { return ms(r.P50) }},
 		{"p99", func(r *engine.Result) string { return ms(r.P99) }},
@@ -42,6 +47,9 @@ func columns() []column[*engine.Result] {
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+// load is the offered load over the limit, as a multiple.
+func load(r *engine.Result) string { return fmt.Sprintf("%g×", r.Overload) }
 
 // over shows an overshoot as a percentage of C; at or below the bound
 // it shows how far below, in brackets.
@@ -77,6 +85,8 @@ func budgetColumns() []column[budgetRow] {
 	return []column[budgetRow]{
 		{"scenario", func(x budgetRow) string { return x.r.Scenario }},
 		{"strategy", func(x budgetRow) string { return string(x.r.Strategy) }},
+		{"N", func(x budgetRow) string { return fmt.Sprint(x.r.Instances) }},
+		{"load", func(x budgetRow) string { return load(x.r) }},
 		{"budget", func(x budgetRow) string { return x.b.Name }},
 		{"limit", func(x budgetRow) string { return limitOf(x.b) }},
 		{"admit%", func(x budgetRow) string { return pct(x.b.AdmitFrac) }},
