@@ -193,6 +193,11 @@ func (l *Limiter) reserveAllLeased(now bucket.Instant, charges []Charge, w *wait
 		} else {
 			m.reject(worst)
 		}
+		for i, c := range charges {
+			if verdicts[i] == refuse {
+				ks.st[i].ls.refuse(ks.st[i].lim, c.Cost, now) // demand the budget did not meet
+			}
+		}
 		return nil, nil, worst
 	}
 	var ready <-chan struct{}

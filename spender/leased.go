@@ -76,6 +76,9 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 		return r, l.timeOf(now), nil, nil
 	case refuse:
 		lz.cfg.metrics.reject(rej)
+		if !rej.Oversize {
+			st.ls.refuse(lim, c, now) // demand the key did not meet
+		}
 		return nil, time.Time{}, nil, rej
 	case fallback:
 		r, err := lz.fallbackLocked(st, c, now)
@@ -99,11 +102,13 @@ const (
 )
 
 // judgeLocked applies the leased path's rules to c on st at now (the
-// shard locked), changing no budget: the lease covers it; the allocator
-// named a wait, or the cost can never fit (refuse, with the error); the
-// allocator is unreachable, or w is past its deadline without an answer
-// under way (the fallback policy decides: fallbackCheckLocked); or the
-// allocator must be asked. An error is a key the allocator rejected. w is the waiter of a
+// shard locked), changing no budget but crediting the key's share accrued
+// so far: the lease covers it; the key's share will cover it in time and
+// the global buckets have nothing for it, the allocator named a wait, or
+// the cost can never fit (refuse, with the error); the allocator is
+// unreachable, or w is past its deadline without an answer under way (the
+// fallback policy decides: fallbackCheckLocked); or the allocator must be
+// asked. An error is a key the allocator rejected. w is the waiter of a
 // Reserve asking again, nil on the first ask; a waiter past its deadline
 // while its call is under way is given more time here.
 func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant, w *waiter) (verdict, *RejectError, error) {
@@ -114,8 +119,12 @@ func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant,
 	if dim, big := oversize(lim, c); big {
 		return refuse, &RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c}, nil
 	}
+	lz.accrueLocked(st, now)
 	if ls.valid(now) && ls.covers(lim, c) {
 		return admitLease, nil, nil
+	}
+	if rej := lz.shareRefusalLocked(st, c, now); rej != nil {
+		return refuse, rej, nil
 	}
 	switch {
 	case ls.notBefore > now:
@@ -204,7 +213,7 @@ func (lz *leaser) admitLocked(st *keyState, c ration.Amount, now bucket.Instant,
 		return nil
 	}
 	ls.spend(st.lim, c, now)
-	if !ls.queued && !ls.inCall && ls.low(st.lim, c) {
+	if !ls.queued && !ls.inCall && ls.low(st.lim, c) && (ls.ss == nil || !lz.shareRefills(st, c, now)) {
 		lz.enqueueLocked(st, false, now)
 	}
 	lz.cfg.metrics.admit(path)
@@ -223,6 +232,7 @@ func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Insta
 		} else {
 			m.reject(rej)
 		}
+		ls.refuse(st.lim, c, now)
 		return nil, rej
 	}
 	if lz.cfg.policy == FallbackShare {

@@ -53,6 +53,124 @@ type leaseState struct {
 
 	fallback bool          // fallback buckets (keyState.req/tok) are at fbLim
 	fbLim    ration.Limits // the share the fallback buckets were made for
+
+	// ss is the key's refill share and demand estimate; nil until the key
+	// first gets a share or refuses a request (most keys never do, and
+	// the state of every key stays small).
+	ss *shareState
+}
+
+// shareState is a key's refill share: a fraction of the key's refill rate
+// the allocator lets this spender add to its own lease, continuously,
+// until the lease expires (see docs/leasing.md, "Rate shares"), and what
+// the key's traffic asked, which the share follows.
+type shareState struct {
+	share ration.Share   // per dimension, in millionths of the refill rate; zero = none
+	lim   ration.Limits  // the limits the share was granted on (sent in that call)
+	burst ration.Amount  // accrual stops while avail + outstanding reach this
+	from  bucket.Instant // receipt of the answer that granted it: accrual counts from here
+	sent  bucket.Instant // first send of the last call that carried the key
+	// credited is the share's accrual from `from` that has been accounted
+	// for (added to the lease, or dropped at the burst): each look credits
+	// the accrual to date less this, so rounding neither loses nor gains.
+	credited ration.Amount
+	// paused: a call carrying the key was sent and its answer not yet
+	// applied. Nothing accrues until an answer brings a new share, so that
+	// the held reported in that call stays the most this spender may hold.
+	paused bool
+
+	refused        ration.Amount  // costs refused since the last rate update
+	lastRefused    bucket.Instant // the last refusal
+	demReq, demTok float64        // demand (admitted and refused) per second, estimated at each call
+	sentDem        ration.Amount  // the demand sent with the call that granted the share, per minute
+	cost           ration.Amount  // the last cost seen: the renewal rules' unit
+}
+
+// shares returns ls's share state, making it: its demand estimate starts
+// at the spend rate (what it was while no refusal was counted).
+func (ls *leaseState) shares() *shareState {
+	if ls.ss == nil {
+		ls.ss = &shareState{demReq: ls.rateReq, demTok: ls.rateTok}
+	}
+	return ls.ss
+}
+
+// hasShare reports whether ls holds a non-zero share that is not paused.
+func (ls *leaseState) hasShare() bool {
+	return ls.ss != nil && !ls.ss.paused && !ls.ss.share.Zero()
+}
+
+// accrue adds ls's share accrued up to now to the lease, exactly (the
+// share's accrual from its start, rounded down, less what was credited
+// before), and returns what it added. Accrual stops at the lease's expiry,
+// while the key is in a call, and while avail + outstanding are at the
+// share's burst: the excess is dropped, not banked, and accrual never
+// takes avail + outstanding above the burst. Only lim's limited dimensions
+// are kept, as everywhere in the lease.
+func (ls *leaseState) accrue(lim ration.Limits, now bucket.Instant) ration.Amount {
+	ss := ls.ss
+	if ss == nil || ss.paused || ss.share.Zero() {
+		return ration.Amount{}
+	}
+	total := ss.lim.Accrued(ss.share, min(now, ls.expiry).Sub(ss.from), false)
+	delta := total.Sub(ss.credited).Positive()
+	if delta == (ration.Amount{}) {
+		return ration.Amount{}
+	}
+	ss.credited = ss.credited.Max(total)
+	if now >= ls.expiry {
+		return ration.Amount{} // an expired lease is never spent
+	}
+	level := ls.avail.Add(ls.outstanding)
+	var add ration.Amount
+	if lim.RPM > 0 {
+		add.Requests = min(delta.Requests, max(0, ss.burst.Requests-level.Requests))
+	}
+	if lim.TPM > 0 {
+		add.Tokens = min(delta.Tokens, max(0, ss.burst.Tokens-level.Tokens))
+	}
+	ls.avail = ls.avail.Add(add)
+	return add
+}
+
+// setShare replaces ls's share with the one an answer received at recv
+// carried (nil: none), granted on lim for the call first sent at sent
+// that reported demand dem (per minute). It resumes accrual, from recv.
+func (ls *leaseState) setShare(s *leasev1.Share, burst *leasev1.Amount, lim ration.Limits, dem ration.Amount, sent, recv bucket.Instant) {
+	sh := ration.Share{Requests: min(s.GetRequestsPpm(), ration.ShareUnit), Tokens: min(s.GetTokensPpm(), ration.ShareUnit)}
+	if ls.ss == nil && sh.Zero() {
+		return
+	}
+	ss := ls.shares()
+	ss.share, ss.lim, ss.burst = sh, lim, fromAmount(burst)
+	ss.from, ss.sent, ss.credited, ss.paused = recv, sent, ration.Amount{}, false
+	ss.sentDem = dem
+}
+
+// refuse counts c, refused at now, as demand.
+func (ls *leaseState) refuse(lim ration.Limits, c ration.Amount, now bucket.Instant) {
+	ss := ls.shares()
+	c = lim.Limited(c)
+	ss.refused = ss.refused.Add(c)
+	ss.lastRefused, ss.cost = now, c
+}
+
+// demand is what the key's traffic asked per minute (admitted and
+// refused), in lim's limited dimensions, as estimated at the last call;
+// 0 once the key has seen no traffic for idle (a lease TTL: the estimate
+// alone only halves at each call), which gives its share back.
+func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Duration) ration.Amount {
+	r, t, last := ls.rateReq, ls.rateTok, ls.lastUse
+	if ss := ls.ss; ss != nil {
+		r, t, last = ss.demReq, ss.demTok, max(last, ss.lastRefused)
+		if idle > 0 && now.Sub(last) >= idle {
+			ss.demReq, ss.demTok = 0, 0 // start again from the next traffic
+		}
+	}
+	if idle > 0 && now.Sub(last) >= idle {
+		return ration.Amount{}
+	}
+	return lim.Limited(ration.Amount{Requests: int64(r * 60), Tokens: int64(t * 60)})
 }
 
 // valid reports whether the lease may be spent at now, dropping it if not:
@@ -87,6 +205,9 @@ func (ls *leaseState) record(c ration.Amount, now bucket.Instant) {
 	ls.spentTotal = ls.spentTotal.Add(c)
 	if !ls.rated {
 		ls.lastCost = c
+	}
+	if ls.ss != nil {
+		ls.ss.cost = c
 	}
 	ls.lastUse = now
 }
@@ -171,6 +292,16 @@ func (ls *leaseState) updateRate(now bucket.Instant) {
 		ls.rateReq, ls.rateTok = r, t
 	} else {
 		ls.rateReq, ls.rateTok = 0.5*ls.rateReq+0.5*r, 0.5*ls.rateTok+0.5*t
+	}
+	if ss := ls.ss; ss != nil {
+		// Demand: the same estimate over what was admitted and refused.
+		r, t = r+float64(ss.refused.Requests)/dt, t+float64(ss.refused.Tokens)/dt
+		if ss.demReq == 0 && ss.demTok == 0 {
+			ss.demReq, ss.demTok = r, t
+		} else {
+			ss.demReq, ss.demTok = 0.5*ss.demReq+0.5*r, 0.5*ss.demTok+0.5*t
+		}
+		ss.refused = ration.Amount{}
 	}
 	ls.rateAt, ls.rateBase = now, ls.spentTotal
 }
@@ -291,6 +422,11 @@ func toAmount(c ration.Amount) *leasev1.Amount {
 
 func fromAmount(a *leasev1.Amount) ration.Amount {
 	return ration.Amount{Requests: a.GetRequests(), Tokens: a.GetTokens()}
+}
+
+func fromLimits(l *leasev1.Limits) ration.Limits {
+	return ration.Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens(),
+		Window: time.Duration(l.GetWindowSeconds()) * time.Second}
 }
 
 func toLimits(l ration.Limits) *leasev1.Limits {

@@ -64,6 +64,7 @@ type leaser struct {
 	fbLogAt   bucket.Instant // guarded by mu: when the next fallback admission may be logged
 	fbLogged  int            // guarded by mu: fallback admissions since the last log line
 	maxActive atomic.Uint32
+	ttl       atomic.Int64 // the lease TTL the allocator last answered with (a Duration); 0 before
 }
 
 // aheadJob is a ReserveAt waiting for the allocator's reserve-ahead.
@@ -259,6 +260,12 @@ func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall 
 		sh := st.sh
 		sh.mu.Lock()
 		ls := st.ls
+		// The share accrues up to the send and then pauses until the
+		// answer: held is then the most this spender may hold.
+		lz.accrueLocked(st, now)
+		if ss := ls.ss; ss != nil {
+			ss.paused, ss.sent = true, now
+		}
 		ls.valid(now)
 		ls.updateRate(now)
 		held := ls.avail.Add(ls.outstanding).Positive()
@@ -270,6 +277,7 @@ func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall 
 			Returned:  toAmount(ls.ret),
 			Held:      toAmount(held),
 			Debt:      toAmount(ls.debt),
+			Demand:    toAmount(ls.demand(st.lim, now, lz.leaseTTL())),
 		})
 		ls.ret, ls.debt, ls.waitMax, ls.waitSum = ration.Amount{}, ration.Amount{}, ration.Amount{}, ration.Amount{}
 		ls.queued, ls.inCall = false, true
@@ -533,12 +541,16 @@ func (lz *leaser) giveUp(c *leaseCall, now bucket.Instant) {
 
 // finishAcquire applies the answer to c and wakes its waiters.
 func (lz *leaser) finishAcquire(c *leaseCall, resp *leasev1.AcquireResponse, recv bucket.Instant) {
-	expiry := c.sent.Add(time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond)
+	ttl := time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond
+	expiry := c.sent.Add(ttl)
+	if ttl > 0 {
+		lz.ttl.Store(int64(ttl))
+	}
 	for i, st := range c.keys {
 		sh := st.sh
 		sh.mu.Lock()
 		st.ls.inCall = false
-		lz.applyGrant(st, fromAmount(c.acquire.GetKeys()[i].GetNeed()), resp.GetKeys()[i], expiry, recv)
+		lz.applyGrant(st, c.acquire.GetKeys()[i], resp.GetKeys()[i], c.sent, expiry, recv)
 		sh.mu.Unlock()
 		if w := c.waits[i]; w != nil {
 			close(w)
@@ -579,9 +591,11 @@ func (j *aheadJob) finish(r *leasev1.KeyReservation, recv bucket.Instant, err er
 	sh.mu.Unlock()
 }
 
-// applyGrant applies one key's answer (the caller holds the shard lock).
-func (lz *leaser) applyGrant(st *keyState, need ration.Amount, g *leasev1.KeyGrant, expiry, recv bucket.Instant) {
+// applyGrant applies one key's answer g to its entry req of the call
+// first sent at sent (the caller holds the shard lock).
+func (lz *leaser) applyGrant(st *keyState, req *leasev1.KeyAcquire, g *leasev1.KeyGrant, sent, expiry, recv bucket.Instant) {
 	ls := st.ls
+	need := fromAmount(req.GetNeed())
 	ls.expiry = expiry
 	if recv >= expiry {
 		ls.avail = ration.Amount{} // the answer came too late to spend anything
@@ -605,6 +619,9 @@ func (lz *leaser) applyGrant(st *keyState, need ration.Amount, g *leasev1.KeyGra
 	if g.GetHeld() != nil {
 		ls.trimTo(st.lim, fromAmount(g.GetHeld()))
 	}
+	// The share replaces the last one (none: zero) and accrues from
+	// receipt, on the limits the call carried: the allocator's.
+	ls.setShare(g.GetShare(), g.GetShareBurst(), fromLimits(req.GetLimits()), fromAmount(req.GetDemand()), sent, recv)
 	ls.setSnapshot(g.GetSnapshot(), recv)
 	if a := g.GetActiveSpenders(); a > 0 {
 		ls.active = a
@@ -697,6 +714,7 @@ func (lz *leaser) nextWake(now bucket.Instant) bucket.Instant {
 func (lz *leaser) maintain(now bucket.Instant, force bool) {
 	soon := now.Add(2*lz.cfg.tuning.MaintenanceInterval + lz.lead())
 	var held int
+	var shareRate [2]float64 // requests, tokens per minute held in shares
 	for i := range lz.l.shards {
 		sh := &lz.l.shards[i]
 		sh.mu.Lock()
@@ -706,11 +724,18 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 		held += sh.keys.n
 		for st := range sh.keys.all() {
 			ls := st.ls
+			lz.accrueLocked(st, now)
+			if ss := ls.ss; ss != nil && !ss.share.Zero() && now < ls.expiry {
+				r, t := ss.perMinute()
+				shareRate[0] += r
+				shareRate[1] += t
+			}
 			if ls.queued {
 				continue
 			}
 			ls.valid(now)
 			send := force && (ls.debt != ration.Amount{} || ls.ret != ration.Amount{} || ls.avail != ration.Amount{})
+			send = send || lz.renewDue(st, now)
 			if ls.avail != (ration.Amount{}) && ls.expiry <= soon {
 				if now.Sub(ls.lastUse) > lz.cfg.tuning.Horizon {
 					ls.ret = ls.ret.Add(ls.avail) // idle: give it back before it is lost
@@ -728,6 +753,7 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 		sh.mu.Unlock()
 	}
 	lz.cfg.metrics.setKeysHeld(held)
+	lz.cfg.metrics.setShareRate(shareRate)
 }
 
 // flush queues everything waiting to be reported and returns a channel
@@ -783,6 +809,11 @@ func (lz *leaser) release(now bucket.Instant) *leasev1.ReleaseRequest {
 		sh.mu.Lock()
 		for st := range sh.keys.all() {
 			ls := st.ls
+			lz.accrueLocked(st, now)
+			if ls.ss != nil {
+				// Released, the holding is gone at the allocator: no more accrual.
+				ls.ss.share = ration.Share{}
+			}
 			ls.valid(now)
 			ret := ls.ret.Add(ls.avail)
 			if ret == (ration.Amount{}) && ls.debt == (ration.Amount{}) {

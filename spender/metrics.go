@@ -35,6 +35,11 @@ import (
 //	                               how much the estimate (prompt + max_tokens)
 //	                               over-reserves (declaring 4096 and using 300
 //	                               reserves about thirteen times the spend)
+//	share_accrued_total{dimension} requests and tokens refill shares added to
+//	                               leases (admitted without an allocator call)
+//	share_rate{dimension}          the refill rate this Limiter holds in shares,
+//	                               per minute, summed over keys (as of the last
+//	                               maintenance scan); 0 without shares
 type Metrics struct {
 	admittedLocal, admittedSlow, admittedFallback, admittedAhead prometheus.Counter
 	rejectedLimited, rejectedOversize, rejectedClosed            prometheus.Counter
@@ -43,6 +48,8 @@ type Metrics struct {
 	keysHeld, fallback                                           prometheus.Gauge
 	returnedRequests, returnedTokens                             prometheus.Counter
 	usageRatio                                                   prometheus.Histogram
+	accruedRequests, accruedTokens                               prometheus.Counter
+	shareRequests, shareTokens                                   prometheus.Gauge
 }
 
 // NewMetrics creates the Limiter metrics and registers them on reg.
@@ -54,6 +61,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Help: "Requests rejected, by reason: rate_limited, oversize, fail_closed."}, []string{"reason"})
 	returned := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "returned_total",
 		Help: "Budget the allocator credited back, by dimension: requests, tokens."}, []string{"dimension"})
+	accrued := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "share_accrued_total",
+		Help: "Budget refill shares added to leases, by dimension: requests, tokens."}, []string{"dimension"})
+	shareRate := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "share_rate",
+		Help: "Refill rate held in shares, per minute, summed over keys, by dimension: requests, tokens."}, []string{"dimension"})
 	m := &Metrics{
 		admittedLocal:    admitted.WithLabelValues("local"),
 		admittedSlow:     admitted.WithLabelValues("slow"),
@@ -73,11 +84,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "1 while the allocator is unreachable and the fallback policy applies."}),
 		returnedRequests: returned.WithLabelValues("requests"),
 		returnedTokens:   returned.WithLabelValues("tokens"),
+		accruedRequests:  accrued.WithLabelValues("requests"),
+		accruedTokens:    accrued.WithLabelValues("tokens"),
+		shareRequests:    shareRate.WithLabelValues("requests"),
+		shareTokens:      shareRate.WithLabelValues("tokens"),
 		usageRatio: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "usage_ratio",
 			Help:    "Actual tokens over reserved tokens at Settle (1 = the estimate was exact).",
 			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1, 1.5, 2, 5}}),
 	}
-	for _, c := range []prometheus.Collector{admitted, rejected, returned, m.calls, m.callSeconds, m.keysHeld, m.fallback, m.usageRatio} {
+	for _, c := range []prometheus.Collector{admitted, rejected, returned, accrued, shareRate, m.calls, m.callSeconds, m.keysHeld, m.fallback, m.usageRatio} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("spender: registering metrics: %w", err)
 		}
@@ -164,6 +179,20 @@ func (m *Metrics) returned(a ration.Amount) {
 	if m != nil {
 		m.returnedRequests.Add(float64(a.Requests))
 		m.returnedTokens.Add(float64(a.Tokens))
+	}
+}
+
+func (m *Metrics) shareAccrued(a ration.Amount) {
+	if m != nil {
+		m.accruedRequests.Add(float64(a.Requests))
+		m.accruedTokens.Add(float64(a.Tokens))
+	}
+}
+
+func (m *Metrics) setShareRate(perMinute [2]float64) {
+	if m != nil {
+		m.shareRequests.Set(perMinute[0])
+		m.shareTokens.Set(perMinute[1])
 	}
 }
 

@@ -1,0 +1,161 @@
+package spender
+
+import (
+	"time"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/bucket"
+)
+
+// Refill shares: the rules a leased Limiter follows for a key whose
+// allocator answers carry a share of the key's refill rate (see
+// docs/leasing.md, "Rate shares"). A key without a share takes none of
+// these paths.
+
+// leaseTTL is the lease TTL the allocator last answered with (0 before
+// any answer).
+func (lz *leaser) leaseTTL() time.Duration { return time.Duration(lz.ttl.Load()) }
+
+// renewEvery is how often a key holding a share is renewed: half a TTL.
+func (lz *leaser) renewEvery() time.Duration { return lz.leaseTTL() / 2 }
+
+// accrueLocked credits st's share accrued up to now (the shard locked)
+// and counts it.
+func (lz *leaser) accrueLocked(st *keyState, now bucket.Instant) {
+	if st.ls.ss == nil {
+		return
+	}
+	if add := st.ls.accrue(st.lim, now); add != (ration.Amount{}) {
+		lz.cfg.metrics.shareAccrued(add)
+	}
+}
+
+// shareUsable reports whether st's share accrues into its lease now, on
+// the key's current limits (a share granted on other limits is left to
+// the allocator: the next call carries the new ones).
+func shareUsable(st *keyState, now bucket.Instant) bool {
+	ls := st.ls
+	return ls.ss != nil && !ls.ss.share.Zero() && ls.ss.lim == st.lim && now < ls.expiry
+}
+
+// globalShort reports whether the key's global buckets, as the allocator
+// last reported them, cannot give n: some limited dimension's remaining
+// is below n's. A report older than a renewal period (plus the time a
+// renewal takes) says nothing.
+func (lz *leaser) globalShort(ls *leaseState, lim ration.Limits, n ration.Amount, now bucket.Instant) bool {
+	fresh := lz.renewEvery() + lz.cfg.tuning.MaintenanceInterval + lz.lead()
+	if !ls.hasSnap || now.Sub(ls.snapAt) >= fresh {
+		return false
+	}
+	return lim.RPM > 0 && n.Requests > 0 && ls.snapRem.Requests < n.Requests ||
+		lim.TPM > 0 && n.Tokens > 0 && ls.snapRem.Tokens < n.Tokens
+}
+
+// shareRefusalLocked is the local refusal of c on st at now when the
+// lease does not cover it (the shard locked): the key's share covers the
+// shortfall within the lease and the global buckets, as last reported,
+// have nothing for it. RetryAfter is the time the share takes to accrue
+// the shortfall. nil: the share cannot answer (none, paused by an
+// outage, the cost above its burst, the lease ending first, or room in
+// the global buckets): the other rules decide.
+func (lz *leaser) shareRefusalLocked(st *keyState, c ration.Amount, now bucket.Instant) *RejectError {
+	ls, lim := st.ls, st.lim
+	if !shareUsable(st, now) || ls.ss.paused && lz.fallback.Load() {
+		return nil
+	}
+	ss := ls.ss
+	lc := lim.Limited(c)
+	short := lc.Sub(ls.avail).Positive()
+	if short.Requests > 0 && lc.Requests > ss.burst.Requests || short.Tokens > 0 && lc.Tokens > ss.burst.Tokens {
+		return nil // accrual stops at the burst before it covers c
+	}
+	d, ok := ss.lim.AccrualTime(ss.share, short)
+	if !ok || now.Add(d) >= ls.expiry || !lz.globalShort(ls, lim, short, now) {
+		return nil
+	}
+	dim := Tokens
+	if dr, _ := ss.lim.AccrualTime(ss.share, ration.Amount{Requests: short.Requests}); dr == d && short.Requests > 0 {
+		dim = Requests
+	}
+	return &RejectError{RetryAfter: d, Status: ls.status(lim, now), Dimension: dim, Cost: c}
+}
+
+// shareRefills reports whether st's share, not an allocator call, should
+// refill a lease that an admission of c left below its low watermark:
+// the share accrues and the global buckets, as last reported, cannot
+// bring the lease back above the watermark anyway.
+func (lz *leaser) shareRefills(st *keyState, c ration.Amount, now bucket.Instant) bool {
+	ls := st.ls
+	if !shareUsable(st, now) || ls.ss.paused {
+		return false
+	}
+	return lz.globalShort(ls, st.lim, ls.lowWater.Add(st.lim.Limited(c)).Sub(ls.avail).Positive(), now)
+}
+
+// renewDue reports whether st, holding a share, is due for renewal at
+// now: half a TTL after its last send, or an eighth of one when its
+// demand moved a lot against the share (the shard locked).
+func (lz *leaser) renewDue(st *keyState, now bucket.Instant) bool {
+	ls, ttl := st.ls, lz.leaseTTL()
+	ss := ls.ss
+	if ss == nil || ss.share.Zero() || ls.inCall || ttl <= 0 {
+		return false
+	}
+	since := now.Sub(ss.sent)
+	return since >= ttl/2 || since >= ttl/8 && ls.demandMoved(st.lim, now)
+}
+
+// demandMoved reports whether what the key's traffic asked since the last
+// call (admitted and refused, per minute) moved a lot against its share:
+// above 1.25 times both the share's rate and the demand last sent, with
+// refusals; or, in every dimension with a share, below half of the
+// smaller of the two. Low rates are noisy over short intervals: a
+// dimension counts as low only once the interval would have seen eight
+// requests of the last cost at that rate.
+func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
+	ss := ls.ss
+	if !ls.rated {
+		return false
+	}
+	dt := now.Sub(ls.rateAt).Minutes()
+	if dt <= 0 {
+		return false
+	}
+	asked := ls.spentTotal.Sub(ls.rateBase).Positive().Add(ss.refused)
+	shareReq, shareTok := ss.perMinute()
+	dims := [2]struct {
+		limited           bool
+		ppm               uint32
+		asked, share, was float64 // per minute
+		cost              int64
+	}{
+		{lim.RPM > 0, ss.share.Requests, float64(asked.Requests) / dt, shareReq, float64(ss.sentDem.Requests), ss.cost.Requests},
+		{lim.TPM > 0, ss.share.Tokens, float64(asked.Tokens) / dt, shareTok, float64(ss.sentDem.Tokens), ss.cost.Tokens},
+	}
+	low, seen := true, false
+	for _, d := range dims {
+		if !d.limited {
+			continue
+		}
+		if ss.refused != (ration.Amount{}) && d.asked > 1.25*max(d.share, d.was) {
+			return true
+		}
+		if d.ppm == 0 {
+			continue
+		}
+		ref := min(d.share, d.was)
+		if ref*dt < 8*float64(max(1, d.cost)) {
+			low = false
+			continue
+		}
+		seen = true
+		low = low && d.asked < 0.5*ref
+	}
+	return seen && low
+}
+
+// perMinute is the share's rate per minute, per dimension.
+func (ss *shareState) perMinute() (req, tok float64) {
+	f := float64(time.Minute) / float64(ss.lim.Period()) / ration.ShareUnit
+	return float64(ss.lim.RPM) * float64(ss.share.Requests) * f, float64(ss.lim.TPM) * float64(ss.share.Tokens) * f
+}
