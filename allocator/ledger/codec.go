@@ -271,6 +271,11 @@ func appendKey(b []byte, k *keyState) []byte {
 			e.amount(h.demand)
 			e.u(uint64(h.share.Requests))
 			e.u(uint64(h.share.Tokens))
+			if !h.share.Zero() {
+				e.decimal(h.shareLim.RPM)
+				e.decimal(h.shareLim.TPM)
+				e.u(uint64(h.shareLim.Window / time.Second))
+			}
 			e.i(int64(h.shareFrom - base))
 			e.amount(h.accrued)
 			e.amount(h.growTo)
@@ -355,6 +360,15 @@ func decodeKey(b []byte) (*keyState, error) {
 		if flags&flagShares != 0 {
 			h.demand = d.amount()
 			h.share = ration.Share{Requests: d.ppm(), Tokens: d.ppm()}
+			if !h.share.Zero() {
+				h.shareLim = ration.Limits{RPM: d.decimal(ration.MaxRate), TPM: d.decimal(ration.MaxRate)}
+				if w := d.u(); w != 0 {
+					if w > uint64(ration.MaxWindow/time.Second) {
+						d.fail()
+					}
+					h.shareLim.Window = time.Duration(w) * time.Second
+				}
+			}
 			h.shareFrom = bucket.Instant(d.i()) + base
 			h.accrued, h.growTo = d.amount(), d.amount()
 		}

@@ -50,7 +50,7 @@ func TestKeyRecordRoundTrip(t *testing.T) {
 				{spender: "b", epoch: 1, lastSeq: 1, expiry: now - 5}}
 			if frac < 0.5 { // half the records carry shares
 				k.holds[1].demand = ration.Amount{Requests: 5, Tokens: 6}
-				k.holds[1].setShare(ration.Share{Requests: ration.ShareUnit, Tokens: 7}, ration.Amount{Requests: 8, Tokens: 9}, now-3)
+				k.holds[1].setShare(ration.Share{Requests: ration.ShareUnit, Tokens: 7}, ration.Limits{RPM: 5, TPM: 6, Window: time.Hour}, ration.Amount{Requests: 8, Tokens: 9}, now-3)
 				k.holds[1].accrued = ration.Amount{Requests: 10, Tokens: 11}
 			}
 			got, err := decodeKey(appendKey(nil, k))

@@ -28,6 +28,7 @@ type holding struct {
 	// from shareFrom and rounded up, while it is below growTo.
 	demand    ration.Amount  // demand per minute last reported; 0 = takes no share
 	share     ration.Share   // granted with the last answer, until expiry
+	shareLim  ration.Limits  // the limits it was granted on: its spender accrues at their rate
 	shareFrom bucket.Instant // when that answer was made
 	accrued   ration.Amount  // accrual since shareFrom already added to held
 	growTo    ration.Amount  // held grows by accrual up to this; 0 without a share

@@ -71,3 +71,28 @@ func TestSharePolicies(t *testing.T) {
 		t.Errorf("headroom under overload: got %d, want 450000 (the small demand is met)", got)
 	}
 }
+
+// A share granted on other limits counts at its spender's rate: what it
+// accrues there, as a fraction of the current limits, rounded up.
+func TestShareOfOtherLimits(t *testing.T) {
+	old := ration.Limits{RPM: 600, TPM: 6000, BurstRequests: 50}
+	h := holding{}
+	h.setShare(ration.Share{Requests: 250_000, Tokens: 100_000}, old, ration.Amount{Requests: 10, Tokens: 10}, 0)
+	for _, tc := range []struct {
+		name string
+		lim  ration.Limits
+		want ration.Share
+	}{
+		{"same rates, other burst", ration.Limits{RPM: 600, TPM: 6000}, ration.Share{Requests: 250_000, Tokens: 100_000}},
+		{"halved", ration.Limits{RPM: 300, TPM: 3000}, ration.Share{Requests: 500_000, Tokens: 200_000}},
+		{"doubled", ration.Limits{RPM: 1200, TPM: 12000}, ration.Share{Requests: 125_000, Tokens: 50_000}},
+		{"rounded up", ration.Limits{RPM: 700, TPM: 6000}, ration.Share{Requests: 214_286, Tokens: 100_000}},
+		{"at most the whole rate", ration.Limits{RPM: 100, TPM: 6000}, ration.Share{Requests: ration.ShareUnit, Tokens: 100_000}},
+		{"per hour", ration.Limits{RPM: 36_000, TPM: 360_000, Window: time.Hour}, ration.Share{Requests: 250_000, Tokens: 100_000}},
+		{"now unlimited", ration.Limits{TPM: 6000}, ration.Share{Tokens: 100_000}},
+	} {
+		if got := h.shareOf(tc.lim); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

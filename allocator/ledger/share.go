@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"math/big"
 	"math/bits"
 	"time"
 
@@ -42,26 +43,62 @@ func (k *keyState) potential() (p ration.Amount) {
 func (k *keyState) freeShare() ration.Share {
 	var r, t uint64
 	for i := range k.holds {
-		r += uint64(k.holds[i].share.Requests)
-		t += uint64(k.holds[i].share.Tokens)
+		s := k.holds[i].shareOf(k.lim)
+		r += uint64(s.Requests)
+		t += uint64(s.Tokens)
 	}
 	return ration.Share{Requests: uint32(ration.ShareUnit - min(r, ration.ShareUnit)), Tokens: uint32(ration.ShareUnit - min(t, ration.ShareUnit))}
+}
+
+// shareOf is h's share as a fraction of lim's rates: its own when it was
+// granted on lim, otherwise what its spender's accrual (at the rates of
+// the limits it was granted on) is of lim's, rounded up, at most the whole
+// rate. After a limit decrease the shares granted before it may then take
+// the whole rate until they are renewed, like leases granted before it.
+func (h *holding) shareOf(lim ration.Limits) ration.Share {
+	if h.share.Zero() || h.shareLim == ratesOf(lim) {
+		return h.share
+	}
+	return ration.Share{
+		Requests: rescale(h.share.Requests, h.shareLim.RPM, h.shareLim.Period(), lim.RPM, lim.Period()),
+		Tokens:   rescale(h.share.Tokens, h.shareLim.TPM, h.shareLim.Period(), lim.TPM, lim.Period()),
+	}
+}
+
+// rescale is ppm of rate per period as millionths of rate2 per period2,
+// rounded up, at most ShareUnit (0 when either rate is unlimited).
+func rescale(ppm uint32, rate int64, period time.Duration, rate2 int64, period2 time.Duration) uint32 {
+	if ppm == 0 || rate <= 0 || rate2 <= 0 {
+		return 0
+	}
+	num := new(big.Int).Mul(big.NewInt(int64(ppm)), big.NewInt(rate))
+	num.Mul(num, big.NewInt(int64(period2/time.Microsecond)))
+	den := new(big.Int).Mul(big.NewInt(rate2), big.NewInt(int64(period/time.Microsecond)))
+	q, r := num.QuoRem(num, den, new(big.Int))
+	if r.Sign() != 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	if !q.IsUint64() || q.Uint64() > ration.ShareUnit {
+		return ration.ShareUnit
+	}
+	return uint32(q.Uint64())
 }
 
 // accrue adds every holding's share accrual up to to.
 func (k *keyState) accrue(to bucket.Instant) {
 	for i := range k.holds {
-		k.holds[i].accrue(k.lim, to)
+		k.holds[i].accrue(to)
 	}
 }
 
 // accrue adds h's share accrual from shareFrom to min(to, expiry), rounded
-// up, to its holding, up to growTo in each dimension.
-func (h *holding) accrue(lim ration.Limits, to bucket.Instant) {
+// up, at the rates of the limits it was granted on (its spender's), to its
+// holding, up to growTo in each dimension.
+func (h *holding) accrue(to bucket.Instant) {
 	if h.share.Zero() {
 		return
 	}
-	total := lim.Accrued(h.share, min(to, h.expiry).Sub(h.shareFrom), true)
+	total := h.shareLim.Accrued(h.share, min(to, h.expiry).Sub(h.shareFrom), true)
 	add := total.Sub(h.accrued).Positive()
 	h.accrued = h.accrued.Max(total)
 	grow := func(held *int64, add, to int64) {
@@ -73,14 +110,20 @@ func (h *holding) accrue(lim ration.Limits, to bucket.Instant) {
 	grow(&h.held.Tokens, add.Tokens, h.growTo.Tokens)
 }
 
-// setShare replaces h's share at now with s and burst b: accrual counts
-// from now, and the holding may grow to b (or stays where it is if higher).
-func (h *holding) setShare(s ration.Share, b ration.Amount, now bucket.Instant) {
+// setShare replaces h's share at now with s of lim's rates and burst b:
+// accrual counts from now, and the holding may grow to b (or stays where
+// it is if higher).
+func (h *holding) setShare(s ration.Share, lim ration.Limits, b ration.Amount, now bucket.Instant) {
 	h.share, h.shareFrom, h.accrued = s, now, ration.Amount{}
-	h.growTo = ration.Amount{}
+	h.shareLim, h.growTo = ration.Limits{}, ration.Amount{}
 	if !s.Zero() {
-		h.growTo = b
+		h.shareLim, h.growTo = ratesOf(lim), b
 	}
+}
+
+// ratesOf is lim's rates and window, what an accrual depends on.
+func ratesOf(lim ration.Limits) ration.Limits {
+	return ration.Limits{RPM: lim.RPM, TPM: lim.TPM, Window: lim.Window}
 }
 
 // refillTime is how long lim's bucket takes to refill tokens at the free
@@ -122,7 +165,7 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 	h := &ks.holds[i]
 	h.demand = k.Demand
 	if k.Demand == (ration.Amount{}) {
-		h.setShare(ration.Share{}, ration.Amount{}, now)
+		h.setShare(ration.Share{}, ration.Limits{}, ration.Amount{}, now)
 		return ration.Share{}, ration.Amount{}
 	}
 	demands := make([]uint32, len(ks.holds))
@@ -159,8 +202,8 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 	}
 	var sh ration.Share
 	var room ration.Amount
-	sh.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.share.Requests }, others.Requests)
-	sh.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.share.Tokens }, others.Tokens)
+	sh.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.shareOf(ks.lim).Requests }, others.Requests)
+	sh.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.shareOf(ks.lim).Tokens }, others.Tokens)
 	burst := ks.lim.Accrued(sh, shareBurstTime(s.cfg.TTL), false).Max(k.Need).Min(room)
 	if burst.Requests <= 0 {
 		sh.Requests, burst.Requests = 0, 0
@@ -168,7 +211,7 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 	if burst.Tokens <= 0 {
 		sh.Tokens, burst.Tokens = 0, 0
 	}
-	h.setShare(sh, burst, now)
+	h.setShare(sh, ks.lim, burst, now)
 	return sh, burst
 }
 
