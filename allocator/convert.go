@@ -143,6 +143,9 @@ func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
 			g.Share = &leasev1.Share{RequestsPpm: x.Share.Requests, TokensPpm: x.Share.Tokens}
 			g.ShareBurst = p.amount(x.ShareBurst)
 		}
+		if x.ShareFair != x.Share {
+			g.ShareFair = &leasev1.Share{RequestsPpm: x.ShareFair.Requests, TokensPpm: x.ShareFair.Tokens}
+		}
 		ptrs[i] = g
 	}
 	return &leasev1.AcquireResponse{Keys: ptrs, LeaseTtlUs: us(r.LeaseTTL)}

@@ -55,7 +55,7 @@ func WithStrict(on bool) Option { return optionFunc(func(c *config) { c.strict =
 func WithPolicy(p Policy) Option { return optionFunc(func(c *config) { c.policy = p }) }
 
 // WithSharePolicy sets how a key's refill rate is split into refill shares
-// among its spenders; default MaxMinShare with DefaultShareHeadroom
+// among its spenders; default ProportionalShare with DefaultShareHeadroom
 // (docs/allocator.md, "Refill shares").
 func WithSharePolicy(p SharePolicy) Option { return optionFunc(func(c *config) { c.sharePolicy = p }) }
 

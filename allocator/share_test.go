@@ -99,3 +99,33 @@ func TestSharesCarryASaturatedKey(t *testing.T) {
 		})
 	}
 }
+
+// A limit decrease under holdings granted on the old limits (a lease and
+// shares with their bursts, together above the new cap) does not put the
+// key in debt: the cap burns refill, never below zero. (Burned into debt,
+// the reload test under load stalled for 30 s after halving a limit.)
+func TestLimitDecreaseUnderSharesIsNoDebt(t *testing.T) {
+	clk := newFakeClock()
+	l := newLedger(t, clk, WithTTL(10*time.Second))
+	old, lower := ration.Limits{RPM: 600}, ration.Limits{RPM: 150}
+	// Drain the bucket so that shares are granted, to two spenders.
+	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: old, Want: ration.Amount{Requests: 600}, Need: ration.Amount{Requests: 600}})
+	clk.Advance(time.Second)
+	seq := map[string]uint64{"a": 1}
+	for i, who := range []string{"a", "b", "a", "b"} { // b's share comes once a renewed at its fair half
+		seq[who]++
+		held := ration.Amount{}
+		if who == "a" {
+			held.Requests = 500 // most of its first grant, unspent: above the new cap on its own
+		}
+		r := acq(t, l, caller(who, 1, seq[who]), AcquireKey{Key: "k", Limits: old, Held: held, Demand: ration.Amount{Requests: 600}})
+		if i >= 2 && r.Share.Zero() {
+			t.Fatalf("%s: no share at saturation: %+v", who, r)
+		}
+	}
+	clk.Advance(time.Second)
+	r := acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k", Limits: lower})
+	if r.Snapshot.Requests.Reset > time.Minute {
+		t.Fatalf("after the decrease the bucket takes %v to refill, more than a minute at the new rate: it is in debt (%+v)", r.Snapshot.Requests.Reset, r)
+	}
+}

@@ -30,7 +30,7 @@ type (
 	StaleEpochError   = ledger.StaleEpochError
 )
 
-// DefaultShareHeadroom is MaxMinShare's headroom in the default share policy.
+// DefaultShareHeadroom is the headroom of the default share policy.
 const DefaultShareHeadroom = ledger.DefaultShareHeadroom
 
 // Key statuses; see ledger.Status.

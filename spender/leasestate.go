@@ -1,6 +1,7 @@
 package spender
 
 import (
+	"math"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -17,6 +18,7 @@ type leaseState struct {
 	outstanding ration.Amount  // admitted and not yet settled (counted as held)
 	lowWater    ration.Amount  // refresh when the lease falls below this plus a request
 	spentTotal  ration.Amount  // spent since the state was made, net of refunds
+	reserved    ration.Amount  // reserved at admission since the state was made (spentTotal before refunds)
 	lastUse     bucket.Instant
 	gen         uint32 // moves on each time the lease is seen to expire
 	queued      bool   // waiting for the next Acquire
@@ -66,6 +68,7 @@ type leaseState struct {
 // the key's traffic asked, which the share follows.
 type shareState struct {
 	share ration.Share   // per dimension, in millionths of the refill rate; zero = none
+	fair  ration.Share   // the allocator's fair share for the demand; above share, others still hold the rest
 	lim   ration.Limits  // the limits the share was granted on (sent in that call)
 	burst ration.Amount  // accrual stops while avail + outstanding reach this
 	from  bucket.Instant // receipt of the answer that granted it: accrual counts from here
@@ -85,11 +88,21 @@ type shareState struct {
 	// the held reported in that call stays the most this spender may hold.
 	paused bool
 
-	refused        ration.Amount  // costs refused since the last rate update
-	lastRefused    bucket.Instant // the last refusal
-	demReq, demTok float64        // demand (admitted and refused) per second, estimated at each call
-	sentDem        ration.Amount  // the demand sent with the call that granted the share, per minute
-	cost           ration.Amount  // the last cost seen: the renewal rules' unit
+	refused      ration.Amount  // costs refused since the last rate update
+	lastRefused  bucket.Instant // the last refusal
+	refusedTotal ration.Amount  // costs refused since the state was made
+	// Demand (admitted and refused) per second: an exponentially weighted
+	// rate with a time constant of demandTau, brought up to date at every
+	// maintenance tick and call (demAt, with what had been asked by then
+	// in demBase), so that a share follows traffic that moves within a
+	// second or two, not a few calls.
+	demReq, demTok float64
+	demAt          bucket.Instant
+	demBase        ration.Amount
+	demSet         bool          // demAt and demBase are set
+	demWarm        bool          // the estimate has had its first interval
+	sentDem        ration.Amount // the demand sent with the call that granted the share, per minute
+	cost           ration.Amount // the last cost seen: the renewal rules' unit
 }
 
 // shares returns ls's share state, making it: its demand estimate starts
@@ -141,35 +154,49 @@ func (ls *leaseState) accrue(lim ration.Limits, now bucket.Instant) ration.Amoun
 }
 
 // setShare replaces ls's share with the one an answer received at recv
-// carried (nil: none), granted on lim for the call first sent at sent
-// that reported demand dem (per minute). It resumes accrual, from recv.
-func (ls *leaseState) setShare(s *leasev1.Share, burst *leasev1.Amount, lim ration.Limits, dem ration.Amount, sent, recv bucket.Instant) {
-	sh := ration.Share{Requests: min(s.GetRequestsPpm(), ration.ShareUnit), Tokens: min(s.GetTokensPpm(), ration.ShareUnit)}
-	if ls.ss == nil && sh.Zero() {
+// carried (nil: none), with the fair share it named (nil: the share),
+// granted on lim for the call first sent at sent that reported demand dem
+// (per minute). It resumes accrual, from recv.
+func (ls *leaseState) setShare(s *leasev1.Share, burst *leasev1.Amount, fair *leasev1.Share, lim ration.Limits, dem ration.Amount, sent, recv bucket.Instant) {
+	sh := wireShare(s)
+	if ls.ss == nil && sh.Zero() && fair == nil {
 		return
 	}
 	ss := ls.shares()
-	ss.share, ss.lim, ss.burst = sh, lim, fromAmount(burst)
+	ss.trackDemand(ls.spentTotal, recv)
+	ss.share, ss.lim, ss.burst, ss.fair = sh, lim, fromAmount(burst), sh
+	if fair != nil {
+		ss.fair = wireShare(fair)
+	}
 	ss.from, ss.sent, ss.credited, ss.paused = recv, sent, ration.Amount{}, false
 	ss.carried = ss.left
 	ss.sentDem = dem
 }
 
+// wireShare is a share on the wire, clamped to the whole rate.
+func wireShare(s *leasev1.Share) ration.Share {
+	return ration.Share{Requests: min(s.GetRequestsPpm(), ration.ShareUnit), Tokens: min(s.GetTokensPpm(), ration.ShareUnit)}
+}
+
 // refuse counts c, refused at now, as demand.
 func (ls *leaseState) refuse(lim ration.Limits, c ration.Amount, now bucket.Instant) {
 	ss := ls.shares()
+	ss.trackDemand(ls.spentTotal, now) // (starts the estimate before counting c)
 	c = lim.Limited(c)
 	ss.refused = ss.refused.Add(c)
+	ss.refusedTotal = ss.refusedTotal.Add(c)
 	ss.lastRefused, ss.cost = now, c
 }
 
-// demand is what the key's traffic asked per minute (admitted and
-// refused), in lim's limited dimensions, as estimated at the last call;
+// demand is what the key's traffic asks per minute (admitted and
+// refused), in lim's limited dimensions (the spend rate until a share
+// state exists, then its demand estimate);
 // 0 once the key has seen no traffic for idle (a lease TTL: the estimate
 // alone only halves at each call), which gives its share back.
 func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Duration) ration.Amount {
 	r, t, last := ls.rateReq, ls.rateTok, ls.lastUse
 	if ss := ls.ss; ss != nil {
+		ss.trackDemand(ls.spentTotal, now)
 		r, t, last = ss.demReq, ss.demTok, max(last, ss.lastRefused)
 		if idle > 0 && now.Sub(last) >= idle {
 			ss.demReq, ss.demTok = 0, 0 // start again from the next traffic
@@ -178,8 +205,24 @@ func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Du
 	if idle > 0 && now.Sub(last) >= idle {
 		return ration.Amount{}
 	}
-	return lim.Limited(ration.Amount{Requests: int64(r * 60), Tokens: int64(t * 60)})
+	d := lim.Limited(ration.Amount{Requests: int64(r * 60), Tokens: int64(t * 60)})
+	// A dimension whose requests reserve far more than they use (tokens
+	// reserved up to max_tokens) asks for no share: its pool must hold the
+	// reservations in flight, which a share sized to use cannot refill in
+	// time, and the refill it would divert would be dropped at the burst.
+	// Its leases come from the bucket, as without shares.
+	if overReserves(ls.reserved.Requests, ls.spentTotal.Requests) {
+		d.Requests = 0
+	}
+	if overReserves(ls.reserved.Tokens, ls.spentTotal.Tokens) {
+		d.Tokens = 0
+	}
+	return d
 }
+
+// overReserves reports whether what was reserved is more than one and a
+// half times what was used.
+func overReserves(reserved, used int64) bool { return 2*reserved > 3*max(used, 0) && reserved > 0 }
 
 // valid reports whether the lease may be spent at now, dropping it if not:
 // budget from an expired lease is never spent (invariant 1). Dropping a
@@ -211,6 +254,7 @@ func (ls *leaseState) spend(lim ration.Limits, c ration.Amount, now bucket.Insta
 // record counts c as spent now, for the rate estimate and the headers.
 func (ls *leaseState) record(c ration.Amount, now bucket.Instant) {
 	ls.spentTotal = ls.spentTotal.Add(c)
+	ls.reserved = ls.reserved.Add(c)
 	if !ls.rated {
 		ls.lastCost = c
 	}
@@ -302,16 +346,36 @@ func (ls *leaseState) updateRate(now bucket.Instant) {
 		ls.rateReq, ls.rateTok = 0.5*ls.rateReq+0.5*r, 0.5*ls.rateTok+0.5*t
 	}
 	if ss := ls.ss; ss != nil {
-		// Demand: the same estimate over what was admitted and refused.
-		r, t = r+float64(ss.refused.Requests)/dt, t+float64(ss.refused.Tokens)/dt
-		if ss.demReq == 0 && ss.demTok == 0 {
-			ss.demReq, ss.demTok = r, t
-		} else {
-			ss.demReq, ss.demTok = 0.5*ss.demReq+0.5*r, 0.5*ss.demTok+0.5*t
-		}
 		ss.refused = ration.Amount{}
 	}
 	ls.rateAt, ls.rateBase = now, ls.spentTotal
+}
+
+// demandTau is the demand estimate's time constant.
+const demandTau = time.Second
+
+// trackDemand brings the demand estimate up to now: the rate asked
+// (admitted, net of refunds, plus refused) since the last update, weighted
+// by 1 - e^(-dt/demandTau).
+func (ss *shareState) trackDemand(spent ration.Amount, now bucket.Instant) {
+	asked := spent.Add(ss.refusedTotal)
+	if !ss.demSet {
+		ss.demSet, ss.demAt, ss.demBase = true, now, asked
+		return
+	}
+	dt := now.Sub(ss.demAt)
+	if dt < demandTau/10 {
+		return
+	}
+	d := asked.Sub(ss.demBase).Positive()
+	sec := dt.Seconds()
+	a := 1 - math.Exp(-sec/demandTau.Seconds())
+	if !ss.demWarm { // the first interval has no estimate to weigh against
+		a, ss.demWarm = 1, true
+	}
+	ss.demReq += a * (float64(d.Requests)/sec - ss.demReq)
+	ss.demTok += a * (float64(d.Tokens)/sec - ss.demTok)
+	ss.demAt, ss.demBase = now, asked
 }
 
 // need is the least grant worth having for the blocked Reserves: the

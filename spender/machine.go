@@ -268,6 +268,7 @@ func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall 
 		}
 		ls.valid(now)
 		ls.updateRate(now)
+		ls.returnExcessLocked(st.lim, lz.cfg.tuning.Horizon, now)
 		held := ls.avail.Add(ls.outstanding).Positive()
 		c.acquire.Keys = append(c.acquire.Keys, &leasev1.KeyAcquire{
 			Key: st.key, Limits: toLimits(st.lim),
@@ -621,7 +622,7 @@ func (lz *leaser) applyGrant(st *keyState, req *leasev1.KeyAcquire, g *leasev1.K
 	}
 	// The share replaces the last one (none: zero) and accrues from
 	// receipt, on the limits the call carried: the allocator's.
-	ls.setShare(g.GetShare(), g.GetShareBurst(), fromLimits(req.GetLimits()), fromAmount(req.GetDemand()), sent, recv)
+	ls.setShare(g.GetShare(), g.GetShareBurst(), g.GetShareFair(), fromLimits(req.GetLimits()), fromAmount(req.GetDemand()), sent, recv)
 	ls.setSnapshot(g.GetSnapshot(), recv)
 	if a := g.GetActiveSpenders(); a > 0 {
 		ls.active = a

@@ -47,8 +47,20 @@ func (lz *leaser) globalShort(ls *leaseState, lim ration.Limits, n ration.Amount
 	if !ls.hasSnap || now.Sub(ls.snapAt) >= fresh {
 		return false
 	}
-	return lim.RPM > 0 && n.Requests > 0 && ls.snapRem.Requests < n.Requests ||
-		lim.TPM > 0 && n.Tokens > 0 && ls.snapRem.Tokens < n.Tokens
+	// Room is the shortfall and, while the bucket holds less than a quarter
+	// of its capacity, an even split among the key's active spenders worth
+	// a call (eight of the last cost): at saturation the global bucket
+	// holds only what returns brought back, and a fleet that asked for
+	// every sliver of it would be back to a call per admission. A bucket
+	// with more than that is not saturated: ask rather than refuse.
+	worth := ration.Amount{Requests: 8 * ls.ss.cost.Requests, Tokens: 8 * ls.ss.cost.Tokens}
+	active := int64(max(1, ls.active))
+	capacity := lim.Capacity()
+	short := func(rem, n, worth, capacity int64) bool {
+		return n > 0 && (rem < n || rem < capacity/4 && rem/active < worth)
+	}
+	return lim.RPM > 0 && short(ls.snapRem.Requests, n.Requests, worth.Requests, capacity.Requests) ||
+		lim.TPM > 0 && short(ls.snapRem.Tokens, n.Tokens, worth.Tokens, capacity.Tokens)
 }
 
 // shareRefusalLocked is the local refusal of c on st at now when the
@@ -98,30 +110,36 @@ func (lz *leaser) shareRefills(st *keyState, c ration.Amount, now bucket.Instant
 func (lz *leaser) renewDue(st *keyState, now bucket.Instant) bool {
 	ls, ttl := st.ls, lz.leaseTTL()
 	ss := ls.ss
-	if ss == nil || ss.share.Zero() || ls.inCall || ttl <= 0 {
+	if ss == nil || ss.share.Zero() && ss.fair.Zero() || ls.inCall || ttl <= 0 {
 		return false
 	}
 	since := now.Sub(ss.sent)
-	return since >= ttl/2 || since >= ttl/8 && ls.demandMoved(st.lim, now)
+	return since >= ttl/2 || since >= ttl/8 && (ls.demandMoved(st.lim, now) || ss.owed())
 }
 
-// demandMoved reports whether what the key's traffic asked since the last
-// call (admitted and refused, per minute) moved a lot against its share:
-// above 1.25 times both the share's rate and the demand last sent, with
-// refusals; or, in every dimension with a share, below half of the
-// smaller of the two. Low rates are noisy over short intervals: a
-// dimension counts as low only once the interval would have seen eight
-// requests of the last cost at that rate.
+// owed reports whether the share is well below the fair share the
+// allocator named (by more than a tenth of it in some dimension): others
+// still hold the rest and give it back as they renew, so renewing sooner
+// gets it sooner.
+func (ss *shareState) owed() bool {
+	return uint64(ss.share.Requests)*10 < uint64(ss.fair.Requests)*9 || uint64(ss.share.Tokens)*10 < uint64(ss.fair.Tokens)*9
+}
+
+// demandMoved reports whether what the key's traffic asks (admitted and
+// refused, per minute, the demand estimate) moved a lot against its
+// share: above 1.25 times both the share's rate and the demand last sent,
+// with refusals since; or, in every dimension with a share, below half of
+// the smaller of the two. Low rates are noisy: a dimension counts as low
+// only once the time since the last send would have seen eight requests
+// of the last cost at that rate.
 func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 	ss := ls.ss
-	if !ls.rated {
-		return false
-	}
-	dt := now.Sub(ls.rateAt).Minutes()
+	ss.trackDemand(ls.spentTotal, now)
+	dt := now.Sub(ss.sent).Minutes()
 	if dt <= 0 {
 		return false
 	}
-	asked := ls.spentTotal.Sub(ls.rateBase).Positive().Add(ss.refused)
+	asked := ration.Amount{Requests: int64(ss.demReq * 60), Tokens: int64(ss.demTok * 60)} // per minute
 	shareReq, shareTok := ss.perMinute()
 	dims := [2]struct {
 		limited           bool
@@ -129,8 +147,8 @@ func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 		asked, share, was float64 // per minute
 		cost              int64
 	}{
-		{lim.RPM > 0, ss.share.Requests, float64(asked.Requests) / dt, shareReq, float64(ss.sentDem.Requests), ss.cost.Requests},
-		{lim.TPM > 0, ss.share.Tokens, float64(asked.Tokens) / dt, shareTok, float64(ss.sentDem.Tokens), ss.cost.Tokens},
+		{lim.RPM > 0, ss.share.Requests, float64(asked.Requests), shareReq, float64(ss.sentDem.Requests), ss.cost.Requests},
+		{lim.TPM > 0, ss.share.Tokens, float64(asked.Tokens), shareTok, float64(ss.sentDem.Tokens), ss.cost.Tokens},
 	}
 	low, seen := true, false
 	for _, d := range dims {
@@ -158,4 +176,22 @@ func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 func (ss *shareState) perMinute() (req, tok float64) {
 	f := float64(time.Minute) / float64(ss.lim.Period()) / ration.ShareUnit
 	return float64(ss.lim.RPM) * float64(ss.share.Requests) * f, float64(ss.lim.TPM) * float64(ss.share.Tokens) * f
+}
+
+// returnExcessLocked gives back, on the call being built, the part of a
+// key's lease its demand does not need over horizon (plus one request of
+// the last cost), when it holds a share: the share refills the lease, and
+// a gateway whose traffic moved elsewhere would otherwise sit on what it
+// was granted and accrued while it was busy.
+func (ls *leaseState) returnExcessLocked(lim ration.Limits, horizon time.Duration, now bucket.Instant) {
+	ss := ls.ss
+	if ss == nil || ss.share.Zero() || now >= ls.expiry {
+		return
+	}
+	ss.trackDemand(ls.spentTotal, now)
+	h := horizon.Seconds()
+	keep := ration.Amount{Requests: int64(ss.demReq*h) + ss.cost.Requests, Tokens: int64(ss.demTok*h) + ss.cost.Tokens}
+	excess := lim.Limited(ls.avail.Sub(keep).Positive())
+	ls.avail = ls.avail.Sub(excess)
+	ls.ret = ls.ret.Add(excess)
 }

@@ -423,8 +423,10 @@ func TestShareDemand(t *testing.T) {
 			}
 		}
 	}
-	if zeroAt == 0 || zeroAt > 2*time.Second+250*time.Millisecond {
-		t.Fatalf("the demand reached 0 at %v, want at the first maintenance a TTL (2s) after the last request", zeroAt)
+	// (At the first renewal once the key has been idle for a TTL: renewals
+	// come every eighth of a TTL while the demand falls, at a maintenance.)
+	if zeroAt == 0 || zeroAt > 2*time.Second+2*time.Second/8+250*time.Millisecond {
+		t.Fatalf("the demand reached 0 at %v, want at the first renewal a TTL (2s) after the last request", zeroAt)
 	}
 	calls := len(src.calls)
 	accrued := g.gauge("ration_spender_share_accrued_total", "requests")
@@ -512,8 +514,10 @@ func TestShareRenewal(t *testing.T) {
 	if first := sends[n]; first < last+ttl/8 || first > max(last+ttl/8, stop+(stop-last))+250*time.Millisecond {
 		t.Fatalf("first renewal after the traffic stopped (at %v, last send %v) came at %v, want from TTL/8 (%v) after the last send, once the demand since it is below half", stop, last, first, ttl/8)
 	}
-	// The demand reaches 0 at the first renewal a TTL after the last
-	// request; then the key holds no share and is not renewed.
+	// The demand reaches 0 once an interval between calls shows none of the
+	// traffic expected at the estimate (eight requests or more), and at the
+	// latest at the first renewal a TTL after the last request; then the
+	// key holds no share and is not renewed.
 	zero := -1
 	for i, c := range src.calls {
 		if c.GetKeys()[0].GetDemand().GetRequests() == 0 && i > 0 {
@@ -524,8 +528,8 @@ func TestShareRenewal(t *testing.T) {
 	if zero < 0 {
 		t.Fatalf("calls at %v: the demand never reached 0", sends)
 	}
-	if at := sends[zero-1]; at < stop+ttl-100*time.Millisecond || at > stop+ttl+ttl/2+250*time.Millisecond {
-		t.Fatalf("calls at %v: the demand reached 0 at %v, want at the first renewal a TTL (%v) after the traffic stopped at %v", sends, at, ttl, stop)
+	if at := sends[zero-1]; at <= stop || at > stop+ttl+ttl/2+250*time.Millisecond {
+		t.Fatalf("calls at %v: the demand reached 0 at %v, want after the traffic stopped at %v and by the first renewal a TTL (%v) after", sends, at, stop, ttl)
 	}
 	checkOnlyReturns(t, src.calls[zero+1:])
 }
@@ -586,7 +590,7 @@ func TestShareRenewalOnRisingDemand(t *testing.T) {
 	if len(sends) < 2 || sends[0] < ttl/8 || sends[0] > ttl/8+250*time.Millisecond {
 		t.Fatalf("renewals at %v, want the first an eighth of a TTL (%v) after the first send", sends, ttl/8)
 	}
-	if d := src.calls[1].GetKeys()[0].GetDemand().GetRequests(); d < 2800 || d > 3200 {
+	if d := src.calls[1].GetKeys()[0].GetDemand().GetRequests(); d < 2550 || d > 3450 { // the estimate follows the last second closely: noisy
 		t.Fatalf("the early renewal reports demand %d a minute, want about 3000", d)
 	}
 	for i := 2; i < len(sends); i++ {

@@ -401,7 +401,7 @@ func appendSession(b []byte, s *session) []byte {
 		for i := range r.Keys {
 			x := &r.Keys[i]
 			st := byte(x.Status)
-			if !x.Share.Zero() {
+			if !x.Share.Zero() || !x.ShareFair.Zero() {
 				st |= statusHasShare
 			}
 			e.byte(st)
@@ -414,6 +414,8 @@ func appendSession(b []byte, s *session) []byte {
 				e.u(uint64(x.Share.Requests))
 				e.u(uint64(x.Share.Tokens))
 				e.amount(x.ShareBurst)
+				e.u(uint64(x.ShareFair.Requests))
+				e.u(uint64(x.ShareFair.Tokens))
 			}
 		}
 	case *ReserveReply:
@@ -461,6 +463,7 @@ func decodeSession(b []byte) (*session, error) {
 			if st&statusHasShare != 0 {
 				r.Keys[i].Share = ration.Share{Requests: d.ppm(), Tokens: d.ppm()}
 				r.Keys[i].ShareBurst = d.amount()
+				r.Keys[i].ShareFair = ration.Share{Requests: d.ppm(), Tokens: d.ppm()}
 			}
 		}
 		s.reply = r

@@ -239,9 +239,19 @@ func burn(b *bucket.Bucket, held int64, ttl time.Duration, strict bool) {
 		heldUnits = held * scale
 	}
 	excess := satAdd(level, heldUnits) - capUnits(b, ttl, strict)
-	if excess > 0 {
-		b.Take((excess + scale - 1) / scale)
+	if excess <= 0 || level <= 0 {
+		return
 	}
+	// Burn refill, never below zero: the excess comes from refill (the
+	// potential only grows within the room under the cap), except after a
+	// limit decrease, when holdings granted under the old limits may exceed
+	// the new cap on their own. Taking that from the bucket as debt would
+	// stop the key for as long as it takes to refill it.
+	if excess > level {
+		b.Take(level / scale)
+		return
+	}
+	b.Take((excess + scale - 1) / scale)
 }
 
 func (k *keyState) find(spender string, epoch uint64) int {

@@ -110,10 +110,11 @@ func ratePer(rate int64, h time.Duration) int64 {
 
 // SharePolicy splits a key's refill rate into refill shares, one dimension
 // at a time: given the demands of the key's active spenders, it says what
-// share one of them gets. The ledger clamps the answer to what other
-// spenders' shares leave free, so a policy cannot break the bound, only
-// share well or badly. Like Policy it must be safe for concurrent use and
-// must not block.
+// share one of them should have (its fair share). The ledger grants that,
+// clamped to what other spenders' shares leave free (they give back what
+// they hold above their own fair shares when they renew), so a policy
+// cannot break the bound, only share well or badly. Like Policy it must be
+// safe for concurrent use and must not block.
 type SharePolicy interface {
 	Share(d ShareDemand) uint32
 }
@@ -124,40 +125,39 @@ type SharePolicy interface {
 type ShareDemand struct {
 	Demand  uint32   // this spender's demand, capped at the whole rate
 	Demands []uint32 // the last demand of every spender holding a lease on the key, this one's included
-	Free    uint32   // what the other spenders' shares leave
 }
 
-// MaxMinShare is the default share policy: max-min fairness (water
-// filling) over the spenders' demands, each raised by Headroom. When the
-// demands fit in the rate, every spender gets its demand and the rest of
-// the rate refills the key's bucket, for cold starts and bursts; when they
-// do not, the rate is split so that no spender can get more without one
-// that has less getting less: small demands are met in full and the large
-// ones share the rest equally. Doorman's FAIR_SHARE is the same rule.
+// ProportionalShare is the default share policy: every demand, raised by
+// Headroom, when the demands fit in the rate (the rest of the rate refills
+// the key's bucket, for cold starts and bursts); otherwise the rate split
+// in proportion to the demands, so that every gateway's requests see the
+// same admission probability. Doorman's PROPORTIONAL_SHARE is the same
+// rule.
 //
 // Headroom (millionths of a demand; 0 = none) lets a spender's share run a
 // little ahead of its measured demand, so that ordinary fluctuation does
 // not send it to the allocator for amounts.
+type ProportionalShare struct {
+	Headroom uint32
+}
+
+// DefaultShareHeadroom is the headroom of the default share policy: a
+// thirty-second on top of each demand (more is refill a gateway below its
+// share cannot spend).
+const DefaultShareHeadroom = ration.ShareUnit / 32
+
+// MaxMinShare is max-min fairness (water filling) over the demands, each
+// raised by Headroom: small demands are met in full and the large ones
+// share the rest equally, so that no spender can get more without one that
+// has less getting less (Doorman's FAIR_SHARE). Fair per gateway, not per
+// request: a gateway with more traffic sees a lower admission probability.
 type MaxMinShare struct {
 	Headroom uint32
 }
 
-// DefaultShareHeadroom is MaxMinShare's headroom in the default policy: an
-// eighth on top of each demand.
-const DefaultShareHeadroom = ration.ShareUnit / 8
-
 // Share implements SharePolicy.
 func (p MaxMinShare) Share(d ShareDemand) uint32 {
-	level := waterLevel(d.Demands, p.Headroom)
-	return min(withHeadroom(d.Demand, p.Headroom), level, d.Free)
-}
-
-// ProportionalShare splits the rate in proportion to the demands (each
-// raised by Headroom) when they do not fit, and meets every demand when
-// they do: Doorman's PROPORTIONAL_SHARE. A large demand can crowd a small
-// one below what it asks, which MaxMinShare never does.
-type ProportionalShare struct {
-	Headroom uint32
+	return min(withHeadroom(d.Demand, p.Headroom), waterLevel(d.Demands, p.Headroom))
 }
 
 // Share implements SharePolicy.
@@ -170,7 +170,7 @@ func (p ProportionalShare) Share(d ShareDemand) uint32 {
 	if sum > ration.ShareUnit {
 		want = uint32(uint64(want) * ration.ShareUnit / sum)
 	}
-	return min(want, d.Free)
+	return want
 }
 
 // withHeadroom raises a demand by h millionths, capped at the whole rate.

@@ -52,22 +52,22 @@ func TestSharePolicies(t *testing.T) {
 		{"no demand", 0, []uint32{0, u}, u, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := ShareDemand{Demand: tc.demand, Demands: tc.demands, Free: tc.free}
-			if got := (MaxMinShare{}).Share(d); got != tc.maxMin {
+			d := ShareDemand{Demand: tc.demand, Demands: tc.demands}
+			if got := min((MaxMinShare{}).Share(d), tc.free); got != tc.maxMin {
 				t.Errorf("max-min: got %d, want %d", got, tc.maxMin)
 			}
-			if got := (ProportionalShare{}).Share(d); got != tc.pro {
+			if got := min((ProportionalShare{}).Share(d), tc.free); got != tc.pro {
 				t.Errorf("proportional: got %d, want %d", got, tc.pro)
 			}
 		})
 	}
 	// Headroom raises each demand, and the split with it.
-	d := ShareDemand{Demand: 400_000, Demands: []uint32{400_000, 400_000}, Free: u}
-	if got := (MaxMinShare{Headroom: DefaultShareHeadroom}).Share(d); got != 450_000 {
+	d := ShareDemand{Demand: 400_000, Demands: []uint32{400_000, 400_000}}
+	if got := (MaxMinShare{Headroom: ration.ShareUnit / 8}).Share(d); got != 450_000 {
 		t.Errorf("headroom: got %d, want 450000", got)
 	}
 	d.Demands = []uint32{400_000, 800_000}
-	if got := (MaxMinShare{Headroom: DefaultShareHeadroom}).Share(d); got != 450_000 {
+	if got := (MaxMinShare{Headroom: ration.ShareUnit / 8}).Share(d); got != 450_000 {
 		t.Errorf("headroom under overload: got %d, want 450000 (the small demand is met)", got)
 	}
 }

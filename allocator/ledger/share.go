@@ -152,21 +152,24 @@ func refillTime(lim bucket.Limit, tokens int64, free uint32) time.Duration {
 	return time.Duration(q) * time.Microsecond
 }
 
-// shareBurstTime is how much of its share a spender may bank: accrual stops
-// at half a TTL's worth (or the cost of its waiting request, if larger),
-// about what it spends between two renewals.
+// shareBurstTime is how much of its share a spender may bank on top of
+// what it holds: accrual stops at half a TTL's worth (or the cost of its
+// waiting request, if larger), about what it spends between two renewals.
 func shareBurstTime(ttl time.Duration) time.Duration { return ttl / 2 }
 
 // shareKey sets the share of holding i of ks at now, for a call whose key
 // part is k: none without a demand; otherwise the share policy's answer
 // per limited dimension, within what other shares leave free, with a burst
 // cut to the room under the cap (a dimension with no room gets no share).
-func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant) (ration.Share, ration.Amount) {
+//
+// It returns the share, its burst and the fair share (the policy's answer
+// before that clamp).
+func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant) (sh ration.Share, burst ration.Amount, fair ration.Share) {
 	h := &ks.holds[i]
 	h.demand = k.Demand
 	if k.Demand == (ration.Amount{}) {
 		h.setShare(ration.Share{}, ration.Limits{}, ration.Amount{}, now)
-		return ration.Share{}, ration.Amount{}
+		return ration.Share{}, ration.Amount{}, ration.Share{}
 	}
 	demands := make([]uint32, len(ks.holds))
 	var others ration.Amount // other holdings' potential
@@ -175,11 +178,16 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 			others = others.Add(ks.holds[j].potential())
 		}
 	}
-	split := func(d *dim, demand func(*holding) int64, share func(*holding) uint32, other int64) (uint32, int64) {
+	split := func(d *dim, demand func(*holding) int64, share func(*holding) uint32, other int64) (ppm, fair uint32, room int64) {
 		if !d.on || demand(h) <= 0 || d.b.Last() > now {
 			// (A bucket whose refill starts later, a key whose state was
 			// lost, has no refill to share yet.)
-			return 0, 0
+			return 0, 0, 0
+		}
+		if level, _ := d.b.Level(); level < 0 {
+			// In debt (overruns, fallback admissions): the refill pays the
+			// debt first, as it would without shares.
+			return 0, 0, 0
 		}
 		lim := d.b.Limit()
 		var taken uint64
@@ -189,30 +197,31 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 				taken += uint64(share(&ks.holds[j]))
 			}
 		}
-		ppm := s.cfg.SharePolicy.Share(ShareDemand{
-			Demand: demands[i], Demands: demands,
-			Free: uint32(ration.ShareUnit - min(taken, ration.ShareUnit)),
-		})
+		fair = min(s.cfg.SharePolicy.Share(ShareDemand{Demand: demands[i], Demands: demands}), ration.ShareUnit)
+		ppm = min(fair, uint32(ration.ShareUnit-min(taken, ration.ShareUnit)))
 		if ppm == 0 {
-			return 0, 0
+			return 0, fair, 0
 		}
 		level, scale := d.b.Level()
-		room := capUnits(&d.b, s.cfg.TTL, s.cfg.Strict)/scale - (max(level, 0)+scale-1)/scale - other
-		return ppm, room
+		room = capUnits(&d.b, s.cfg.TTL, s.cfg.Strict)/scale - (max(level, 0)+scale-1)/scale - other
+		return ppm, fair, room
 	}
-	var sh ration.Share
 	var room ration.Amount
-	sh.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.shareOf(ks.lim).Requests }, others.Requests)
-	sh.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.shareOf(ks.lim).Tokens }, others.Tokens)
-	burst := ks.lim.Accrued(sh, shareBurstTime(s.cfg.TTL), false).Max(k.Need).Min(room)
-	if burst.Requests <= 0 {
+	sh.Requests, fair.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.shareOf(ks.lim).Requests }, others.Requests)
+	sh.Tokens, fair.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.shareOf(ks.lim).Tokens }, others.Tokens)
+	// The burst sits on top of what the spender holds (its lease from the
+	// bucket is spent alongside the share: a burst below it would drop the
+	// share's accrual until the lease is spent), within the room.
+	bank := ks.lim.Accrued(sh, shareBurstTime(s.cfg.TTL), false).Max(k.Need).Max(k.Want)
+	burst = h.held.Add(bank).Min(room)
+	if burst.Requests <= h.held.Requests {
 		sh.Requests, burst.Requests = 0, 0
 	}
-	if burst.Tokens <= 0 {
+	if burst.Tokens <= h.held.Tokens {
 		sh.Tokens, burst.Tokens = 0, 0
 	}
 	h.setShare(sh, ks.lim, burst, now)
-	return sh, burst
+	return sh, burst, fair
 }
 
 // demandShare is a demand per minute as millionths of lim's rate, rounded

@@ -18,7 +18,7 @@ type Config struct {
 	Strict bool          // strict mode: level + holdings <= C (bound C + rho*t)
 	Policy Policy        // lease sizing; nil: ShareByRate{}
 	// SharePolicy splits refill rates into shares; nil:
-	// MaxMinShare{Headroom: DefaultShareHeadroom}.
+	// ProportionalShare{Headroom: DefaultShareHeadroom}.
 	SharePolicy SharePolicy
 	Retention   time.Duration // how long a session outlives its last call; raised to at least 2 TTL
 }
@@ -53,7 +53,7 @@ func New(cfg Config) (*State, error) {
 		cfg.Policy = ShareByRate{}
 	}
 	if cfg.SharePolicy == nil {
-		cfg.SharePolicy = MaxMinShare{Headroom: DefaultShareHeadroom}
+		cfg.SharePolicy = ProportionalShare{Headroom: DefaultShareHeadroom}
 	}
 	cfg.Retention = max(cfg.Retention, 2*cfg.TTL)
 	return &State{cfg: cfg, keys: make(map[string]*keyState), sessions: make(map[string]*session)}, nil
@@ -427,7 +427,7 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 		out.Granted.Requests = s.grant(&ks.req, &h.held.Requests, k.Want.Requests, k.Need.Requests, k.SpendRate.Requests, rates.Requests, active)
 		out.Granted.Tokens = s.grant(&ks.tok, &h.held.Tokens, k.Want.Tokens, k.Need.Tokens, k.SpendRate.Tokens, rates.Tokens, active)
 	}
-	out.Share, out.ShareBurst = s.shareKey(ks, hi, k, now)
+	out.Share, out.ShareBurst, out.ShareFair = s.shareKey(ks, hi, k, now)
 	out.Held = h.held
 	out.Snapshot = ks.snapshot()
 	out.ActiveSpenders = len(ks.holds)

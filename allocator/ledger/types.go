@@ -84,6 +84,7 @@ type AcquireResult struct {
 	ActiveSpenders int           // spenders with an unexpired lease, the caller included
 	Share          ration.Share  // the refill share until the lease ends; zero without a Demand
 	ShareBurst     ration.Amount // accrual stops while the spender holds this much
+	ShareFair      ration.Share  // the policy's share for the demand; above Share: others still hold the rest
 }
 
 // AcquireReply answers Acquire: Keys[i] answers request key i.

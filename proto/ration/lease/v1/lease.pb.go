@@ -581,7 +581,12 @@ type KeyGrant struct {
 	Share *Share `protobuf:"bytes,8,opt,name=share,proto3" json:"share,omitempty"`
 	// The share's burst: accrual stops while the spender's unspent lease plus
 	// unsettled requests on the key reach this (requests, tokens).
-	ShareBurst    *Amount `protobuf:"bytes,9,opt,name=share_burst,json=shareBurst,proto3" json:"share_burst,omitempty"`
+	ShareBurst *Amount `protobuf:"bytes,9,opt,name=share_burst,json=shareBurst,proto3" json:"share_burst,omitempty"`
+	// The share the allocator's policy gives this spender for its demand,
+	// were no other spender holding more than its own fair part. Above
+	// `share`, the rest is still held by spenders that have not renewed since
+	// their demand fell: renew sooner to get it. Unset = `share`.
+	ShareFair     *Share `protobuf:"bytes,10,opt,name=share_fair,json=shareFair,proto3" json:"share_fair,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -675,6 +680,13 @@ func (x *KeyGrant) GetShare() *Share {
 func (x *KeyGrant) GetShareBurst() *Amount {
 	if x != nil {
 		return x.ShareBurst
+	}
+	return nil
+}
+
+func (x *KeyGrant) GetShareFair() *Share {
+	if x != nil {
+		return x.ShareFair
 	}
 	return nil
 }
@@ -1332,7 +1344,7 @@ const file_ration_lease_v1_lease_proto_rawDesc = "" +
 	"\x0fAcquireResponse\x12-\n" +
 	"\x04keys\x18\x01 \x03(\v2\x19.ration.lease.v1.KeyGrantR\x04keys\x12 \n" +
 	"\flease_ttl_us\x18\x02 \x01(\x03R\n" +
-	"leaseTtlUs\"\xc3\x03\n" +
+	"leaseTtlUs\"\xfa\x03\n" +
 	"\bKeyGrant\x124\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x1c.ration.lease.v1.GrantStatusR\x06status\x121\n" +
 	"\agranted\x18\x02 \x01(\v2\x17.ration.lease.v1.AmountR\agranted\x123\n" +
@@ -1343,7 +1355,10 @@ const file_ration_lease_v1_lease_proto_rawDesc = "" +
 	"\x0factive_spenders\x18\a \x01(\rR\x0eactiveSpenders\x12,\n" +
 	"\x05share\x18\b \x01(\v2\x16.ration.lease.v1.ShareR\x05share\x128\n" +
 	"\vshare_burst\x18\t \x01(\v2\x17.ration.lease.v1.AmountR\n" +
-	"shareBurst\"I\n" +
+	"shareBurst\x125\n" +
+	"\n" +
+	"share_fair\x18\n" +
+	" \x01(\v2\x16.ration.lease.v1.ShareR\tshareFair\"I\n" +
 	"\x05Share\x12!\n" +
 	"\frequests_ppm\x18\x01 \x01(\rR\vrequestsPpm\x12\x1d\n" +
 	"\n" +
@@ -1449,33 +1464,34 @@ var file_ration_lease_v1_lease_proto_depIdxs = []int32{
 	9,  // 15: ration.lease.v1.KeyGrant.snapshot:type_name -> ration.lease.v1.Snapshot
 	8,  // 16: ration.lease.v1.KeyGrant.share:type_name -> ration.lease.v1.Share
 	3,  // 17: ration.lease.v1.KeyGrant.share_burst:type_name -> ration.lease.v1.Amount
-	10, // 18: ration.lease.v1.Snapshot.requests:type_name -> ration.lease.v1.DimSnapshot
-	10, // 19: ration.lease.v1.Snapshot.tokens:type_name -> ration.lease.v1.DimSnapshot
-	1,  // 20: ration.lease.v1.ReserveAheadRequest.caller:type_name -> ration.lease.v1.Caller
-	12, // 21: ration.lease.v1.ReserveAheadRequest.keys:type_name -> ration.lease.v1.KeyReserve
-	2,  // 22: ration.lease.v1.KeyReserve.limits:type_name -> ration.lease.v1.Limits
-	3,  // 23: ration.lease.v1.KeyReserve.cost:type_name -> ration.lease.v1.Amount
-	14, // 24: ration.lease.v1.ReserveAheadResponse.keys:type_name -> ration.lease.v1.KeyReservation
-	0,  // 25: ration.lease.v1.KeyReservation.status:type_name -> ration.lease.v1.GrantStatus
-	3,  // 26: ration.lease.v1.KeyReservation.held:type_name -> ration.lease.v1.Amount
-	9,  // 27: ration.lease.v1.KeyReservation.snapshot:type_name -> ration.lease.v1.Snapshot
-	1,  // 28: ration.lease.v1.ReleaseRequest.caller:type_name -> ration.lease.v1.Caller
-	16, // 29: ration.lease.v1.ReleaseRequest.keys:type_name -> ration.lease.v1.KeyRelease
-	2,  // 30: ration.lease.v1.KeyRelease.limits:type_name -> ration.lease.v1.Limits
-	3,  // 31: ration.lease.v1.KeyRelease.returned:type_name -> ration.lease.v1.Amount
-	3,  // 32: ration.lease.v1.KeyRelease.debt:type_name -> ration.lease.v1.Amount
-	3,  // 33: ration.lease.v1.ReleaseResponse.returned:type_name -> ration.lease.v1.Amount
-	4,  // 34: ration.lease.v1.LeaseService.Acquire:input_type -> ration.lease.v1.AcquireRequest
-	11, // 35: ration.lease.v1.LeaseService.ReserveAhead:input_type -> ration.lease.v1.ReserveAheadRequest
-	15, // 36: ration.lease.v1.LeaseService.Release:input_type -> ration.lease.v1.ReleaseRequest
-	6,  // 37: ration.lease.v1.LeaseService.Acquire:output_type -> ration.lease.v1.AcquireResponse
-	13, // 38: ration.lease.v1.LeaseService.ReserveAhead:output_type -> ration.lease.v1.ReserveAheadResponse
-	17, // 39: ration.lease.v1.LeaseService.Release:output_type -> ration.lease.v1.ReleaseResponse
-	37, // [37:40] is the sub-list for method output_type
-	34, // [34:37] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	8,  // 18: ration.lease.v1.KeyGrant.share_fair:type_name -> ration.lease.v1.Share
+	10, // 19: ration.lease.v1.Snapshot.requests:type_name -> ration.lease.v1.DimSnapshot
+	10, // 20: ration.lease.v1.Snapshot.tokens:type_name -> ration.lease.v1.DimSnapshot
+	1,  // 21: ration.lease.v1.ReserveAheadRequest.caller:type_name -> ration.lease.v1.Caller
+	12, // 22: ration.lease.v1.ReserveAheadRequest.keys:type_name -> ration.lease.v1.KeyReserve
+	2,  // 23: ration.lease.v1.KeyReserve.limits:type_name -> ration.lease.v1.Limits
+	3,  // 24: ration.lease.v1.KeyReserve.cost:type_name -> ration.lease.v1.Amount
+	14, // 25: ration.lease.v1.ReserveAheadResponse.keys:type_name -> ration.lease.v1.KeyReservation
+	0,  // 26: ration.lease.v1.KeyReservation.status:type_name -> ration.lease.v1.GrantStatus
+	3,  // 27: ration.lease.v1.KeyReservation.held:type_name -> ration.lease.v1.Amount
+	9,  // 28: ration.lease.v1.KeyReservation.snapshot:type_name -> ration.lease.v1.Snapshot
+	1,  // 29: ration.lease.v1.ReleaseRequest.caller:type_name -> ration.lease.v1.Caller
+	16, // 30: ration.lease.v1.ReleaseRequest.keys:type_name -> ration.lease.v1.KeyRelease
+	2,  // 31: ration.lease.v1.KeyRelease.limits:type_name -> ration.lease.v1.Limits
+	3,  // 32: ration.lease.v1.KeyRelease.returned:type_name -> ration.lease.v1.Amount
+	3,  // 33: ration.lease.v1.KeyRelease.debt:type_name -> ration.lease.v1.Amount
+	3,  // 34: ration.lease.v1.ReleaseResponse.returned:type_name -> ration.lease.v1.Amount
+	4,  // 35: ration.lease.v1.LeaseService.Acquire:input_type -> ration.lease.v1.AcquireRequest
+	11, // 36: ration.lease.v1.LeaseService.ReserveAhead:input_type -> ration.lease.v1.ReserveAheadRequest
+	15, // 37: ration.lease.v1.LeaseService.Release:input_type -> ration.lease.v1.ReleaseRequest
+	6,  // 38: ration.lease.v1.LeaseService.Acquire:output_type -> ration.lease.v1.AcquireResponse
+	13, // 39: ration.lease.v1.LeaseService.ReserveAhead:output_type -> ration.lease.v1.ReserveAheadResponse
+	17, // 40: ration.lease.v1.LeaseService.Release:output_type -> ration.lease.v1.ReleaseResponse
+	38, // [38:41] is the sub-list for method output_type
+	35, // [35:38] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_ration_lease_v1_lease_proto_init() }
