@@ -218,6 +218,23 @@ func (r loadResult) count(code int) int {
 	return n
 }
 
+// plus is r and s counted together (their elapsed is r's).
+func (r loadResult) plus(s loadResult) loadResult {
+	out := loadResult{elapsed: r.elapsed, dropped: r.dropped + s.dropped, errs: append(append([]string(nil), r.errs...), s.errs...)}
+	for i := range max(len(r.byTarget), len(s.byTarget)) {
+		m := map[int]int{}
+		for _, src := range []loadResult{r, s} {
+			if i < len(src.byTarget) {
+				for code, n := range src.byTarget[i] {
+					m[code] += n
+				}
+			}
+		}
+		out.byTarget = append(out.byTarget, m)
+	}
+	return out
+}
+
 func (r loadResult) total() int {
 	n := 0
 	for _, m := range r.byTarget {

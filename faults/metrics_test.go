@@ -147,6 +147,8 @@ type gatewayCounts struct {
 	admitted      float64 // every path
 	fallback      float64 // path="fallback": admitted under the fallback policy
 	leased        float64 // path="local" or "slow": from a lease the allocator granted
+	slow          float64 // path="slow": admitted after waiting for the allocator
+	acquireCalls  float64 // lease_calls_total{method="Acquire"}: call attempts, any result
 	rateLimited   float64 // rejected_total{reason="rate_limited"}
 	inFallback    float64 // instances whose fallback gauge is 1 now
 	callErrors    float64 // lease_calls_total{result="error"}
@@ -170,6 +172,8 @@ func readGateways(ctx context.Context, urls []string) (gatewayCounts, error) {
 		c.admitted += m.sum("ration_spender_admitted_total")
 		c.fallback += m.sum("ration_spender_admitted_total", "path", "fallback")
 		c.leased += m.sum("ration_spender_admitted_total", "path", "local") + m.sum("ration_spender_admitted_total", "path", "slow")
+		c.slow += m.sum("ration_spender_admitted_total", "path", "slow")
+		c.acquireCalls += m.sum("ration_spender_lease_calls_total", "method", "Acquire")
 		c.rateLimited += m.sum("ration_spender_rejected_total", "reason", "rate_limited")
 		c.inFallback += m.sum("ration_spender_fallback")
 		c.callErrors += m.sum("ration_spender_lease_calls_total", "result", "error")
