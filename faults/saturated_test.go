@@ -18,7 +18,7 @@ import (
 // the bound holds over the whole run.
 func TestSaturatedSkewStaysLocal(t *testing.T) {
 	const (
-		rpm      = 1200 // C = 1200, ρ = 20 a second
+		rpm      = 1200             // C = 1200, ρ = 20 a second
 		ttl      = 10 * time.Second // the allocator's default: shares are renewed every 5 s
 		drain    = 5 * time.Second  // 300 a second: the burst C is spent
 		duration = 20 * time.Second // then three times ρ
