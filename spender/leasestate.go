@@ -18,7 +18,6 @@ type leaseState struct {
 	outstanding ration.Amount  // admitted and not yet settled (counted as held)
 	lowWater    ration.Amount  // refresh when the lease falls below this plus a request
 	spentTotal  ration.Amount  // spent since the state was made, net of refunds
-	reserved    ration.Amount  // reserved at admission since the state was made (spentTotal before refunds)
 	lastUse     bucket.Instant
 	gen         uint32 // moves on each time the lease is seen to expire
 	queued      bool   // waiting for the next Acquire
@@ -32,6 +31,11 @@ type leaseState struct {
 
 	debt ration.Amount // spent beyond any grant, not yet reported
 	ret  ration.Amount // to give back on the next call
+
+	// reserved is what was reserved at admission since the state was made
+	// (spentTotal before refunds): a dimension that reserves far more than
+	// it uses asks for no share.
+	reserved ration.Amount
 
 	// lastCost is a request's cost recorded before the spend rate is
 	// known, to size the first asks (want).
