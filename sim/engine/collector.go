@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -33,6 +34,7 @@ type collector struct {
 	series            []Point
 	cur               Point
 	fallback          int64
+	accrued           ration.Amount // what the spenders' refill shares added to their leases
 }
 
 // budgetCol is what the collector keeps for one budget, in its dimension.
@@ -78,6 +80,14 @@ func (b *budgetCol) units(x ration.Amount) int64 {
 		return x.Tokens
 	}
 	return x.Requests
+}
+
+// amountOf is a in b's dimension.
+func (b *budgetCol) amountOf(a ration.Amount) int64 {
+	if b.tokens {
+		return a.Tokens
+	}
+	return a.Requests
 }
 
 func (b *budgetCol) amount(a *leasev1.Amount) int64 {
@@ -308,7 +318,18 @@ func (s *sim) budgetResult(b budget, bc *budgetCol, T float64) BudgetResult {
 	}
 	br.FallbackUnits = float64(bc.fbUnits)
 	if s.svc != nil {
-		br.Stranded = float64(bc.granted + bc.debt - bc.returned - bc.admittedUnits)
+		// What refill shares added to the leases was taken from the
+		// bucket's refill too. The spenders count it per dimension, not per
+		// key: with one budget it is that budget's; with several it cannot
+		// be told apart, and stranded is unknown (NaN, shown "-").
+		granted := float64(bc.granted)
+		switch acc := float64(bc.amountOf(s.col.accrued)); {
+		case len(s.col.bud) == 1:
+			granted += acc
+		case acc > 0:
+			granted = math.NaN()
+		}
+		br.Stranded = granted + float64(bc.debt-bc.returned-bc.admittedUnits)
 		br.StrandedFrac = br.Stranded / br.Allowed
 	}
 	return br

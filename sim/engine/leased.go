@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
@@ -53,6 +54,7 @@ func (leased) leave(*sim, int32) {}
 func (leased) drained(s *sim, i int32) {
 	in := &s.insts[i]
 	s.col.fallback += fallbackAdmits(in.reg)
+	s.col.accrued = s.col.accrued.Add(shareAccrued(in.reg))
 	if s.down(s.now) {
 		return
 	}
@@ -276,6 +278,35 @@ func (t *releaseTap) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*l
 
 // fallbackAdmits reads admitted_total{path="fallback"} from a spender's
 // registry.
+// shareAccrued reads what the spender's refill shares added to its leases
+// (ration_spender_share_accrued_total, by dimension).
+func shareAccrued(reg *prometheus.Registry) ration.Amount {
+	var a ration.Amount
+	mfs, err := reg.Gather()
+	if err != nil {
+		return a
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ration_spender_share_accrued_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() != "dimension" {
+					continue
+				}
+				switch v := int64(m.GetCounter().GetValue()); lp.GetValue() {
+				case "requests":
+					a.Requests += v
+				case "tokens":
+					a.Tokens += v
+				}
+			}
+		}
+	}
+	return a
+}
+
 func fallbackAdmits(reg *prometheus.Registry) int64 {
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,7 +47,12 @@ func columns() []column[*engine.Result] {
 	}
 }
 
-func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+func pct(f float64) string {
+	if math.IsNaN(f) {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*f)
+}
 
 // load is the offered load over the limit, as a multiple.
 func load(r *engine.Result) string { return fmt.Sprintf("%g×", r.Overload) }
