@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -246,7 +245,7 @@ func (s *sim) result() *Result {
 	r.Dim, r.Capacity, r.Rate, r.Allowed = p.Dim, p.Capacity, p.Rate, p.Allowed
 	r.AdmittedUnits, r.IdealUnits, r.AdmitFrac, r.VsIdeal, r.Steady = p.AdmittedUnits, p.IdealUnits, p.AdmitFrac, p.VsIdeal, p.Steady
 	r.FallbackUnits = p.FallbackUnits
-	r.Stranded, r.StrandedFrac = p.Stranded, p.StrandedFrac
+	r.Stranded, r.StrandedFrac, r.StrandedUnknown = p.Stranded, p.StrandedFrac, p.StrandedUnknown
 	b0 := &r.Budgets[0]
 	r.OverLimit, r.OverLease, r.OverLimitGranted, r.OverLeaseGranted = b0.OverLimit, b0.OverLease, b0.OverLimitGranted, b0.OverLeaseGranted
 	for _, b := range r.Budgets[1:] {
@@ -321,16 +320,18 @@ func (s *sim) budgetResult(b budget, bc *budgetCol, T float64) BudgetResult {
 		// What refill shares added to the leases was taken from the
 		// bucket's refill too. The spenders count it per dimension, not per
 		// key: with one budget it is that budget's; with several it cannot
-		// be told apart, and stranded is unknown (NaN, shown "-").
-		granted := float64(bc.granted)
-		switch acc := float64(bc.amountOf(s.col.accrued)); {
+		// be told apart, and stranded is unknown.
+		granted := bc.granted
+		switch acc := bc.amountOf(s.col.accrued); {
 		case len(s.col.bud) == 1:
 			granted += acc
 		case acc > 0:
-			granted = math.NaN()
+			br.StrandedUnknown = true
 		}
-		br.Stranded = granted + float64(bc.debt-bc.returned-bc.admittedUnits)
-		br.StrandedFrac = br.Stranded / br.Allowed
+		if !br.StrandedUnknown {
+			br.Stranded = float64(granted + bc.debt - bc.returned - bc.admittedUnits)
+			br.StrandedFrac = br.Stranded / br.Allowed
+		}
 	}
 	return br
 }

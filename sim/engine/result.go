@@ -103,9 +103,13 @@ type Result struct {
 	// this fleet that no request used and no spender gave back: leases
 	// that expired unspent, refunds that came back after their lease
 	// expired. It is measured after a drain (TTL + horizon after the last
-	// arrival, then Close). StrandedFrac is Stranded/Allowed.
-	Stranded     float64
-	StrandedFrac float64
+	// arrival, then Close). StrandedFrac is Stranded/Allowed. With refill
+	// shares and several budgets it is unknown (StrandedUnknown; both 0):
+	// the spenders count what their shares added per dimension, not per
+	// budget.
+	Stranded        float64
+	StrandedFrac    float64
+	StrandedUnknown bool
 
 	ReservedTokens int64 // tokens reserved by admitted requests (prompt + max_tokens)
 	UsedTokens     int64 // tokens they used
@@ -148,8 +152,9 @@ type BudgetResult struct {
 	OverLeaseGranted float64
 	FallbackUnits    float64 // admitted under the fallback policy
 
-	Stranded     float64 // as Result's, for this budget alone
-	StrandedFrac float64
+	Stranded        float64 // as Result's, for this budget alone
+	StrandedFrac    float64
+	StrandedUnknown bool
 }
 
 // Point is one time-series bucket, in the binding dimension.

@@ -29,7 +29,7 @@ func ResultsCSV(w io.Writer, rs []*engine.Result) error {
 			f(r.Jain), f(r.MinProb), f(r.MaxProb), d(r.Calls), f(r.CallsPerAdmit),
 			d(r.KeyGrants), f(r.KeyGrantsPerSec), f(r.Refresh.Seconds()), f(r.ActivePairs), f(r.KeyGrantsPerPair), f(r.WaitedFrac),
 			f(r.P50.Seconds() * 1e3), f(r.P99.Seconds() * 1e3), f(r.MaxWait.Seconds() * 1e3),
-			d(r.Fallback), f(r.FallbackUnits), d(r.AllocErrors), f(r.Stranded), f(r.StrandedFrac), d(r.ReservedTokens), d(r.UsedTokens)})
+			d(r.Fallback), f(r.FallbackUnits), d(r.AllocErrors), known(r.StrandedUnknown, f(r.Stranded)), known(r.StrandedUnknown, f(r.StrandedFrac)), d(r.ReservedTokens), d(r.UsedTokens)})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -50,7 +50,7 @@ func BudgetsCSV(w io.Writer, rs []*engine.Result) error {
 				d(b.Limits.RPM), d(b.Limits.TPM), d(b.Capacity), f(b.Rate),
 				f(b.OfferedUnits), f(b.AdmittedUnits), f(b.Allowed), f(b.AdmitFrac), f(b.IdealUnits), f(b.VsIdeal), f(b.Steady),
 				f(b.OverLimit), f(b.OverLease), f(b.OverLimitGranted), f(b.OverLeaseGranted),
-				f(b.FallbackUnits), f(b.Stranded), f(b.StrandedFrac)})
+				f(b.FallbackUnits), known(b.StrandedUnknown, f(b.Stranded)), known(b.StrandedUnknown, f(b.StrandedFrac))})
 		}
 	}
 	cw.Flush()

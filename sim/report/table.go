@@ -3,7 +3,6 @@ package report
 import (
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -42,16 +41,19 @@ func columns() []column[*engine.Result] {
 		{"p99", func(r *engine.Result) string { return ms(r.P99) }},
 		{"max wait", func(r *engine.Result) string { return ms(r.MaxWait) }},
 		{"fallback", func(r *engine.Result) string { return fmt.Sprint(r.Fallback) }},
-		{"stranded", func(r *engine.Result) string { return pct(r.StrandedFrac) }},
+		{"stranded", func(r *engine.Result) string { return known(r.StrandedUnknown, pct(r.StrandedFrac)) }},
 		{"resv/used", func(r *engine.Result) string { return resv(r) }},
 	}
 }
 
-func pct(f float64) string {
-	if math.IsNaN(f) {
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+// known is v, or "-" for a measurement the run could not make.
+func known(unknown bool, v string) string {
+	if unknown {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f%%", 100*f)
+	return v
 }
 
 // load is the offered load over the limit, as a multiple.
@@ -102,7 +104,7 @@ func budgetColumns() []column[budgetRow] {
 		{"over C+ρ(t+TTL)", func(x budgetRow) string { return over(x.b.OverLease) }},
 		{"granted over bound", func(x budgetRow) string { return grantedOver(x.r, x.b) }},
 		{"fallback", func(x budgetRow) string { return fmt.Sprint(x.b.FallbackUnits) }},
-		{"stranded", func(x budgetRow) string { return pct(x.b.StrandedFrac) }},
+		{"stranded", func(x budgetRow) string { return known(x.b.StrandedUnknown, pct(x.b.StrandedFrac)) }},
 	}
 }
 
