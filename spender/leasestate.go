@@ -404,6 +404,13 @@ func (ls *leaseState) want(lim ration.Limits, horizon time.Duration) ration.Amou
 			Tokens:   min(4*ls.lastCost.Tokens, lim.Capacity().Tokens/8),
 		}
 	}
+	if ls.ss != nil {
+		// A key that takes a share asks for at least a request's worth:
+		// the allocator sizes the share's burst from it, and a burst below
+		// one request (a gateway that sees a request every few seconds)
+		// would be no share at all.
+		target = target.Max(ls.ss.cost)
+	}
 	target = target.Add(ls.waitSum)
 	need := ls.need(lim)
 	return lim.Limited(target.Sub(ls.avail).Positive().Max(need))
