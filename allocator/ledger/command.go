@@ -1,0 +1,204 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/bucket"
+)
+
+// Command encoding, for a replicated log: replicas that decode the same
+// bytes apply the same command. The format starts with its version byte,
+// then the command's kind byte and its Now; integers are varints (the
+// record codec's enc and dec).
+//
+// The encoding is exact for every value of every field, valid or not
+// (negative amounts, limits out of range, a zero epoch): Apply validates a
+// decoded command the way it validates any other, the same way on every
+// replica. Only the lengths the decoder bounds are refused at encoding
+// (a key over ration.MaxKeyLen bytes, a spender id over
+// ration.MaxSpenderIDLen, more than ration.MaxBatch keys), so that nothing
+// encoded fails to decode; Apply would refuse those commands anyway. An
+// empty key list decodes as nil.
+const commandVersion = 1
+
+// Command kinds, the byte after the version.
+const (
+	cmdAcquire byte = iota + 1
+	cmdReserve
+	cmdRelease
+	cmdSweep
+)
+
+// errBadCommand is wrapped by every DecodeCommand error.
+var errBadCommand = errors.New("malformed command")
+
+// EncodeCommand returns cmd (Acquire, ReserveAhead, Release or Sweep, as
+// values) encoded. It returns an error wrapping ErrInvalidArgument for a
+// length the decoder would refuse, and an error for another type.
+func EncodeCommand(cmd Command) ([]byte, error) {
+	e := enc{b: make([]byte, 0, 64)}
+	e.byte(commandVersion)
+	switch c := cmd.(type) {
+	case Acquire:
+		if err := encodableKeys(c.Caller, len(c.Keys), func(i int) string { return c.Keys[i].Key }); err != nil {
+			return nil, err
+		}
+		e.byte(cmdAcquire)
+		e.i(int64(c.Now))
+		e.caller(c.Caller)
+		e.u(uint64(len(c.Keys)))
+		for i := range c.Keys {
+			k := &c.Keys[i]
+			e.str(k.Key)
+			e.limits(k.Limits)
+			e.amount(k.Want)
+			e.amount(k.Need)
+			e.amount(k.SpendRate)
+			e.amount(k.Returned)
+			e.amount(k.Held)
+			e.amount(k.Debt)
+			e.amount(k.Demand)
+		}
+	case ReserveAhead:
+		if err := encodableKeys(c.Caller, len(c.Keys), func(i int) string { return c.Keys[i].Key }); err != nil {
+			return nil, err
+		}
+		e.byte(cmdReserve)
+		e.i(int64(c.Now))
+		e.caller(c.Caller)
+		e.u(uint64(len(c.Keys)))
+		for i := range c.Keys {
+			k := &c.Keys[i]
+			e.str(k.Key)
+			e.limits(k.Limits)
+			e.amount(k.Cost)
+			e.dur(k.MaxWait)
+		}
+	case Release:
+		if err := encodableKeys(c.Caller, len(c.Keys), func(i int) string { return c.Keys[i].Key }); err != nil {
+			return nil, err
+		}
+		e.byte(cmdRelease)
+		e.i(int64(c.Now))
+		e.caller(c.Caller)
+		e.u(uint64(len(c.Keys)))
+		for i := range c.Keys {
+			k := &c.Keys[i]
+			e.str(k.Key)
+			e.limits(k.Limits)
+			e.amount(k.Returned)
+			e.amount(k.Debt)
+		}
+	case Sweep:
+		e.byte(cmdSweep)
+		e.i(int64(c.Now))
+	default:
+		return nil, fmt.Errorf("allocator: encode command: unknown command %T", cmd)
+	}
+	return e.b, nil
+}
+
+// encodableKeys refuses the lengths DecodeCommand bounds.
+func encodableKeys(c Caller, n int, keyAt func(i int) string) error {
+	if len(c.SpenderID) > ration.MaxSpenderIDLen {
+		return inputErr("caller.spender_id", "%d bytes, at most %d", len(c.SpenderID), ration.MaxSpenderIDLen)
+	}
+	if n > ration.MaxBatch {
+		return inputErr("keys", "%d entries, at most %d", n, ration.MaxBatch)
+	}
+	for i := range n {
+		if k := keyAt(i); len(k) > ration.MaxKeyLen {
+			return inputErr(keyField(i, "key"), "%d bytes, at most %d", len(k), ration.MaxKeyLen)
+		}
+	}
+	return nil
+}
+
+func (e *enc) caller(c Caller) {
+	e.str(c.SpenderID)
+	e.u(c.Epoch)
+	e.u(c.Sequence)
+}
+
+func (e *enc) limits(l ration.Limits) {
+	e.i(l.RPM)
+	e.i(l.TPM)
+	e.i(l.BurstRequests)
+	e.i(l.BurstTokens)
+	e.dur(l.Window)
+}
+
+func (d *dec) caller() Caller {
+	return Caller{SpenderID: d.str(ration.MaxSpenderIDLen), Epoch: d.u(), Sequence: d.u()}
+}
+
+func (d *dec) limits() ration.Limits {
+	return ration.Limits{RPM: d.i(), TPM: d.i(), BurstRequests: d.i(), BurstTokens: d.i(), Window: d.dur()}
+}
+
+// anyAmount reads an amount as written, negative or not (dec.amount, for
+// records, refuses a negative one; a command carries what it was given).
+func (d *dec) anyAmount() ration.Amount { return ration.Amount{Requests: d.i(), Tokens: d.i()} }
+
+// DecodeCommand decodes what EncodeCommand wrote. A malformed, truncated
+// or over-long input, trailing bytes, an unknown kind, or another version,
+// is an error; it never panics.
+func DecodeCommand(b []byte) (Command, error) {
+	d := &dec{b: b}
+	if v := d.byte(); d.err == nil && v != commandVersion {
+		return nil, fmt.Errorf("allocator: command version %d: %w", v, errBadCommand)
+	}
+	kind := d.byte()
+	now := bucket.Instant(d.i())
+	var cmd Command
+	switch kind {
+	case cmdAcquire:
+		c := Acquire{Now: now, Caller: d.caller()}
+		if n := d.count(ration.MaxBatch); n > 0 {
+			c.Keys = make([]AcquireKey, n)
+			for i := range c.Keys {
+				if d.err != nil {
+					break
+				}
+				c.Keys[i] = AcquireKey{Key: d.str(ration.MaxKeyLen), Limits: d.limits(),
+					Want: d.anyAmount(), Need: d.anyAmount(), SpendRate: d.anyAmount(), Returned: d.anyAmount(),
+					Held: d.anyAmount(), Debt: d.anyAmount(), Demand: d.anyAmount()}
+			}
+		}
+		cmd = c
+	case cmdReserve:
+		c := ReserveAhead{Now: now, Caller: d.caller()}
+		if n := d.count(ration.MaxBatch); n > 0 {
+			c.Keys = make([]ReserveKey, n)
+			for i := range c.Keys {
+				if d.err != nil {
+					break
+				}
+				c.Keys[i] = ReserveKey{Key: d.str(ration.MaxKeyLen), Limits: d.limits(), Cost: d.anyAmount(), MaxWait: d.dur()}
+			}
+		}
+		cmd = c
+	case cmdRelease:
+		c := Release{Now: now, Caller: d.caller()}
+		if n := d.count(ration.MaxBatch); n > 0 {
+			c.Keys = make([]ReleaseKey, n)
+			for i := range c.Keys {
+				if d.err != nil {
+					break
+				}
+				c.Keys[i] = ReleaseKey{Key: d.str(ration.MaxKeyLen), Limits: d.limits(), Returned: d.anyAmount(), Debt: d.anyAmount()}
+			}
+		}
+		cmd = c
+	case cmdSweep:
+		cmd = Sweep{Now: now}
+	default:
+		d.fail()
+	}
+	if err := d.done(); err != nil {
+		return nil, fmt.Errorf("allocator: command: %w", errors.Join(errBadCommand, err))
+	}
+	return cmd, nil
+}
