@@ -1,0 +1,256 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/rationhq/ration/allocator/ledger"
+	"github.com/rationhq/ration/bucket"
+)
+
+// Log entries. An entry is a group of ledger commands applied in order:
+// its version byte, the number of commands, then each command
+// (ledger.EncodeCommand) prefixed with its length, all as uvarints.
+const entryVersion = 1
+
+// maxEntryCommands bounds the commands of one entry.
+const maxEntryCommands = 1 << 16
+
+// ErrBadEntry is returned (as the Apply response, on every replica alike)
+// for a log entry that does not decode. Nothing of it is applied.
+var ErrBadEntry = errors.New("cluster: malformed log entry")
+
+// encodeEntry encodes cmds as one log entry.
+func encodeEntry(cmds []ledger.Command) ([]byte, error) {
+	if len(cmds) == 0 || len(cmds) > maxEntryCommands {
+		return nil, fmt.Errorf("cluster: %d commands in one entry, want 1 to %d", len(cmds), maxEntryCommands)
+	}
+	b := binary.AppendUvarint([]byte{entryVersion}, uint64(len(cmds)))
+	for i, c := range cmds {
+		cb, err := ledger.EncodeCommand(c)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: command %d: %w", i, err)
+		}
+		b = binary.AppendUvarint(b, uint64(len(cb)))
+		b = append(b, cb...)
+	}
+	return b, nil
+}
+
+// decodeEntry decodes a whole entry, or fails without a command.
+func decodeEntry(b []byte) ([]ledger.Command, error) {
+	if len(b) == 0 || b[0] != entryVersion {
+		return nil, fmt.Errorf("%w: version", ErrBadEntry)
+	}
+	b = b[1:]
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n == 0 || n > maxEntryCommands {
+		return nil, fmt.Errorf("%w: command count", ErrBadEntry)
+	}
+	b = b[k:]
+	cmds := make([]ledger.Command, 0, min(n, uint64(len(b))))
+	for i := range n {
+		m, k := binary.Uvarint(b)
+		if k <= 0 || m > uint64(len(b)-k) {
+			return nil, fmt.Errorf("%w: command %d length", ErrBadEntry, i)
+		}
+		c, err := ledger.DecodeCommand(b[k : k+int(m)])
+		if err != nil {
+			return nil, fmt.Errorf("%w: command %d: %w", ErrBadEntry, i, err)
+		}
+		cmds = append(cmds, c)
+		b = b[k+int(m):]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: trailing bytes", ErrBadEntry)
+	}
+	return cmds, nil
+}
+
+// Result is one command's outcome: what ledger.State.Apply returned.
+// Reply is the caller's own copy.
+type Result struct {
+	Reply   any            // *ledger.AcquireReply, *ledger.ReserveReply, *ledger.ReleaseReply or *ledger.SweepReply
+	Changed ledger.Changes // the records the command changed; empty for a retry answered from its session
+	Err     error
+}
+
+// FSM is the raft state machine: a ledger.State that applies the commands
+// of committed log entries in log order. Replicas that apply the same
+// entries hold the same state, byte for byte (ledger.State.Snapshot).
+//
+// Time comes from the commands: each carries its Now, set by whoever
+// proposed it. The FSM never reads a clock; the instant a snapshot is
+// restored at is the latest Now the FSM had applied when it was taken.
+type FSM struct {
+	cfg ledger.Config
+
+	mu       sync.Mutex // guards the fields below: raft applies on its goroutine, readers read on theirs
+	state    *ledger.State
+	index    uint64         // the last log index applied (or restored)
+	now      bucket.Instant // the latest Now of the commands applied (or restored)
+	restores int            // snapshots restored, for tests and metrics
+}
+
+// NewFSM returns an FSM with an empty state under cfg. Every replica must
+// use the same cfg.
+func NewFSM(cfg ledger.Config) (*FSM, error) {
+	st, err := ledger.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &FSM{cfg: cfg, state: st}, nil
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// Apply applies one committed entry: its commands in order. The response
+// is []Result, one per command, or an error wrapping ErrBadEntry when the
+// entry does not decode (then nothing is applied).
+func (f *FSM) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.index = max(f.index, l.Index)
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	cmds, err := decodeEntry(l.Data)
+	if err != nil {
+		return err
+	}
+	res := make([]Result, len(cmds))
+	for i, c := range cmds {
+		f.now = max(f.now, commandNow(c))
+		reply, changed, err := f.state.Apply(c)
+		res[i] = Result{Reply: cloneReply(reply), Changed: changed, Err: err}
+	}
+	return res
+}
+
+func commandNow(c ledger.Command) bucket.Instant {
+	switch c := c.(type) {
+	case ledger.Acquire:
+		return c.Now
+	case ledger.ReserveAhead:
+		return c.Now
+	case ledger.Release:
+		return c.Now
+	case ledger.Sweep:
+		return c.Now
+	}
+	return 0
+}
+
+// cloneReply copies a reply the state keeps (a session's stored reply,
+// which a later retry refreshes in place) for the caller, who reads it on
+// another goroutine.
+func cloneReply(r any) any {
+	switch r := r.(type) {
+	case *ledger.AcquireReply:
+		c := *r
+		c.Keys = slices.Clone(r.Keys)
+		return &c
+	case *ledger.ReserveReply:
+		c := *r
+		c.Keys = slices.Clone(r.Keys)
+		return &c
+	case *ledger.ReleaseReply:
+		c := *r
+		c.Returned = slices.Clone(r.Returned)
+		return &c
+	case *ledger.SweepReply:
+		c := *r
+		return &c
+	}
+	return r
+}
+
+// Snapshot captures the state for raft (called on raft's FSM goroutine,
+// between Applies); Persist writes it while Applies continue.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &fsmSnapshot{b: appendSnapshot(nil, f.index, f.now, f.state.Snapshot())}, nil
+}
+
+// Snapshot format: version byte, last applied index and latest Now as
+// varints, then the state (ledger.State.Snapshot, a record batch).
+const snapshotVersion = 1
+
+func appendSnapshot(b []byte, index uint64, now bucket.Instant, state []byte) []byte {
+	b = append(b, snapshotVersion)
+	b = binary.AppendUvarint(b, index)
+	b = binary.AppendVarint(b, int64(now))
+	return append(b, state...)
+}
+
+// Restore replaces the state with a snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return fmt.Errorf("cluster: read snapshot: %w", err)
+	}
+	if len(b) == 0 || b[0] != snapshotVersion {
+		return errors.New("cluster: snapshot version")
+	}
+	b = b[1:]
+	index, k := binary.Uvarint(b)
+	if k <= 0 {
+		return errors.New("cluster: snapshot index")
+	}
+	b = b[k:]
+	now, k := binary.Varint(b)
+	if k <= 0 {
+		return errors.New("cluster: snapshot instant")
+	}
+	st, err := ledger.Restore(f.cfg, b[k:], bucket.Instant(now))
+	if err != nil {
+		return fmt.Errorf("cluster: restore snapshot: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state, f.index, f.now = st, index, bucket.Instant(now)
+	f.restores++
+	return nil
+}
+
+// StateSnapshot returns the current state as ledger.State.Snapshot
+// encodes it, with the last log index applied.
+func (f *FSM) StateSnapshot() (state []byte, index uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state.Snapshot(), f.index
+}
+
+// AppliedIndex returns the last log index the FSM has applied or restored.
+func (f *FSM) AppliedIndex() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.index
+}
+
+// Restores returns how many snapshots the FSM has restored.
+func (f *FSM) Restores() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.restores
+}
+
+type fsmSnapshot struct{ b []byte }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.b); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

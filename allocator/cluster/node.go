@@ -1,0 +1,337 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/rationhq/ration/allocator/ledger"
+)
+
+// ErrNotLeader is wrapped by a *NotLeaderError: the node is not the
+// leader, so it cannot apply a command.
+var ErrNotLeader = errors.New("cluster: not the leader")
+
+// ErrOutcomeUnknown is wrapped by an error of Apply when the entry was
+// proposed but the node could not learn whether it was committed: the
+// leader lost its leadership, the node shut down, or the context ended
+// while waiting. The command may yet be applied. A ledger call is
+// exactly-once per (spender, epoch, sequence), so the caller retries the
+// same call, with the same body, at the leader: it gets the stored reply
+// if the first attempt was applied, and is applied once otherwise.
+var ErrOutcomeUnknown = errors.New("cluster: outcome unknown")
+
+// ErrClosed is returned by Apply after Shutdown.
+var ErrClosed = errors.New("cluster: node shut down")
+
+// NotLeaderError says the node is not (or no longer) the leader, and who
+// the leader is when the node knows. It wraps ErrNotLeader, and also
+// ErrOutcomeUnknown when Unknown is set.
+type NotLeaderError struct {
+	Leader   raft.ServerAddress // "" when unknown
+	LeaderID raft.ServerID      // "" when unknown
+	Unknown  bool               // the entry was proposed and may still be applied
+}
+
+// Error returns "cluster: not the leader (leader <id> at <addr>)".
+func (e *NotLeaderError) Error() string {
+	s := ErrNotLeader.Error()
+	if e.Leader != "" {
+		s += fmt.Sprintf(" (leader %s at %s)", e.LeaderID, e.Leader)
+	} else {
+		s += " (leader unknown)"
+	}
+	if e.Unknown {
+		s += "; the entry may still be applied"
+	}
+	return s
+}
+
+// Unwrap returns ErrNotLeader, and ErrOutcomeUnknown when Unknown.
+func (e *NotLeaderError) Unwrap() []error {
+	if e.Unknown {
+		return []error{ErrNotLeader, ErrOutcomeUnknown}
+	}
+	return []error{ErrNotLeader}
+}
+
+// Option configures a Node.
+type Option func(*options)
+
+type options struct {
+	logs      raft.LogStore
+	stable    raft.StableStore
+	boltPath  string
+	snaps     raft.SnapshotStore
+	snapDir   string
+	snapKeep  int
+	tune      []func(*raft.Config)
+	logger    *slog.Logger
+	localAddr raft.ServerAddress
+}
+
+// WithBoltStore keeps the raft log and stable state in a bbolt file at
+// path (raft-boltdb, fsync on), which the Node closes at Shutdown.
+func WithBoltStore(path string) Option { return func(o *options) { o.boltPath = path } }
+
+// WithStores uses the given log and stable stores (the caller owns them).
+// The default, without this or WithBoltStore, keeps both in memory:
+// nothing survives the process.
+func WithStores(logs raft.LogStore, stable raft.StableStore) Option {
+	return func(o *options) { o.logs, o.stable = logs, stable }
+}
+
+// WithFileSnapshots keeps snapshots in dir, retaining the latest retain
+// (at least 1). The default keeps the latest snapshot in memory.
+func WithFileSnapshots(dir string, retain int) Option {
+	return func(o *options) { o.snapDir, o.snapKeep = dir, max(retain, 1) }
+}
+
+// WithSnapshotStore uses the given snapshot store.
+func WithSnapshotStore(s raft.SnapshotStore) Option { return func(o *options) { o.snaps = s } }
+
+// WithRaftConfig lets f adjust raft's configuration (timeouts, snapshot
+// threshold and interval, trailing logs) after the defaults are set;
+// LocalID and Logger are the Node's.
+func WithRaftConfig(f func(*raft.Config)) Option {
+	return func(o *options) { o.tune = append(o.tune, f) }
+}
+
+// WithLogger sends the Node's and raft's logs to l (default: discarded).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Node is one replica of the ledger: a raft member whose FSM is the
+// ledger's state. Commands go through Apply on the leader. A Node is safe
+// for concurrent use.
+type Node struct {
+	id    raft.ServerID
+	trans raft.Transport
+	raft  *raft.Raft
+	fsm   *FSM
+	log   *slog.Logger
+	bolt  io.Closer // the store WithBoltStore opened, or nil
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// New starts a Node with the given id on trans, holding a ledger under
+// cfg (the same on every replica). A new cluster is formed by calling
+// Bootstrap on one node (or all, with the same servers); a node with
+// existing raft state resumes it.
+func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Option) (*Node, error) {
+	if id == "" || trans == nil {
+		return nil, errors.New("cluster: a node needs an id and a transport")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.logger == nil {
+		o.logger = slog.New(slog.DiscardHandler)
+	}
+	lg := o.logger.With("node", string(id))
+	fsm, err := NewFSM(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{id: id, trans: trans, fsm: fsm, log: lg}
+	switch {
+	case o.boltPath != "":
+		bs, err := raftboltdb.NewBoltStore(o.boltPath)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: open raft store: %w", err)
+		}
+		n.bolt = bs
+		o.logs, o.stable = bs, bs
+	case o.logs == nil || o.stable == nil:
+		mem := raft.NewInmemStore()
+		o.logs, o.stable = mem, mem
+	}
+	switch {
+	case o.snaps != nil:
+	case o.snapDir != "":
+		fs, err := raft.NewFileSnapshotStoreWithLogger(o.snapDir, o.snapKeep, newHclog(lg))
+		if err != nil {
+			n.closeStore()
+			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
+		}
+		o.snaps = fs
+	default:
+		o.snaps = raft.NewInmemSnapshotStore()
+	}
+	rc := raft.DefaultConfig()
+	for _, f := range o.tune {
+		f(rc)
+	}
+	rc.LocalID = id
+	rc.Logger = newHclog(lg)
+	r, err := raft.NewRaft(rc, fsm, o.logs, o.stable, o.snaps, trans)
+	if err != nil {
+		n.closeStore()
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	n.raft = r
+	return n, nil
+}
+
+func (n *Node) closeStore() {
+	if n.bolt != nil {
+		if err := n.bolt.Close(); err != nil {
+			n.log.Warn("closing the raft store", "err", err)
+		}
+	}
+}
+
+// ID returns the node's server id.
+func (n *Node) ID() raft.ServerID { return n.id }
+
+// Addr returns the node's transport address.
+func (n *Node) Addr() raft.ServerAddress { return n.trans.LocalAddr() }
+
+// Raft returns the node's raft instance, for what the Node does not wrap
+// (stats, observers, leadership transfer).
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// FSM returns the node's state machine (for reading its state).
+func (n *Node) FSM() *FSM { return n.fsm }
+
+// Bootstrap forms a new cluster of servers (which must include this node).
+// It fails with raft.ErrCantBootstrap on a node that has raft state.
+func (n *Node) Bootstrap(servers ...raft.Server) error {
+	return n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+}
+
+// Leader returns the leader's address and id as this node knows them
+// ("" when unknown).
+func (n *Node) Leader() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() }
+
+// IsLeader reports whether this node is the leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// AddVoter adds a voting member (on the leader). It returns once the
+// configuration change is committed.
+func (n *Node) AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error {
+	return n.wait(ctx, n.raft.AddVoter(id, addr, 0, timeout(ctx)))
+}
+
+// RemoveServer removes a member (on the leader).
+func (n *Node) RemoveServer(ctx context.Context, id raft.ServerID) error {
+	return n.wait(ctx, n.raft.RemoveServer(id, 0, timeout(ctx)))
+}
+
+// Snapshot takes a snapshot now and compacts the log (raft also takes
+// them on its own, per SnapshotInterval and SnapshotThreshold).
+func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
+
+// timeout is ctx's remaining time as raft's enqueue timeout (0: none).
+func timeout(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return max(time.Until(dl), time.Nanosecond)
+	}
+	return 0
+}
+
+// Apply applies cmd through the log and returns its reply (the caller's
+// own copy) and error, as ledger.State.Apply gave them on this node once
+// the entry was committed by a majority and applied here. On a follower
+// it returns a *NotLeaderError, naming the leader when known. See
+// ErrOutcomeUnknown for the errors after which the command may still be
+// applied.
+func (n *Node) Apply(ctx context.Context, cmd ledger.Command) (any, error) {
+	res, err := n.ApplyBatch(ctx, []ledger.Command{cmd})
+	if err != nil {
+		return nil, err
+	}
+	return res[0].Reply, res[0].Err
+}
+
+// ApplyBatch applies cmds, in order, as one log entry (one commit for the
+// group) and returns their results, like Apply. The error is about the
+// entry (not leader, outcome unknown, encoding); a command's own error is
+// in its Result.
+func (n *Node) ApplyBatch(ctx context.Context, cmds []ledger.Command) ([]Result, error) {
+	b, err := encodeEntry(cmds)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if n.raft.State() != raft.Leader {
+		addr, id := n.raft.LeaderWithID()
+		return nil, &NotLeaderError{Leader: addr, LeaderID: id}
+	}
+	f := n.raft.Apply(b, timeout(ctx))
+	if err := n.wait(ctx, f); err != nil {
+		return nil, err
+	}
+	switch resp := f.Response().(type) {
+	case []Result:
+		if len(resp) != len(cmds) {
+			return nil, fmt.Errorf("cluster: %d results for %d commands", len(resp), len(cmds))
+		}
+		return resp, nil
+	case error:
+		return nil, resp
+	default:
+		return nil, fmt.Errorf("cluster: unexpected apply response %T", resp)
+	}
+}
+
+// wait waits for f and maps raft's errors to the package's.
+func (n *Node) wait(ctx context.Context, f raft.Future) error {
+	var err error
+	if ctx.Done() == nil {
+		err = f.Error()
+	} else {
+		done := make(chan error, 1)
+		go func() { done <- f.Error() }()
+		select {
+		case err = <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		}
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		addr, id := n.raft.LeaderWithID()
+		return &NotLeaderError{Leader: addr, LeaderID: id}
+	case errors.Is(err, raft.ErrLeadershipLost):
+		addr, id := n.raft.LeaderWithID()
+		return &NotLeaderError{Leader: addr, LeaderID: id, Unknown: true}
+	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	}
+	return fmt.Errorf("cluster: %w", err)
+}
+
+// Shutdown stops the node (raft, then the store it opened). The other
+// members see it as failed until it is removed or restarted.
+func (n *Node) Shutdown() error {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closed = true
+	n.mu.Unlock()
+	err := n.raft.Shutdown().Error()
+	n.closeStore()
+	return err
+}
