@@ -153,8 +153,9 @@ func refillTime(lim bucket.Limit, tokens int64, free uint32) time.Duration {
 }
 
 // shareBurstTime is how much of its share a spender may bank on top of
-// what it holds: accrual stops at half a TTL's worth (or the cost of its
-// waiting request, if larger), about what it spends between two renewals.
+// what it holds: accrual stops at half a TTL's worth (or the spender's
+// want or its waiting request's cost, if larger), about what it spends
+// between two renewals.
 func shareBurstTime(ttl time.Duration) time.Duration { return ttl / 2 }
 
 // shareKey sets the share of holding i of ks at now, for a call whose key
