@@ -86,15 +86,17 @@ type Result struct {
 // entries hold the same state, byte for byte (ledger.State.Snapshot).
 //
 // Time comes from the commands: each carries its Now, set by whoever
-// proposed it. The FSM never reads a clock; the instant a snapshot is
-// restored at is the latest Now the FSM had applied when it was taken.
+// proposed it, and is applied at max(its Now, the latest Now applied
+// before it) (see clampNow), so the applied time never goes back. The FSM
+// never reads a clock; the instant a snapshot is restored at is the latest
+// Now the FSM had applied when it was taken.
 type FSM struct {
 	cfg ledger.Config
 
 	mu       sync.Mutex // guards the fields below: raft applies on its goroutine, readers read on theirs
 	state    *ledger.State
 	index    uint64         // the last log index applied (or restored)
-	now      bucket.Instant // the latest Now of the commands applied (or restored)
+	now      bucket.Instant // the latest Now applied (or restored): the floor for the next command's
 	restores int            // snapshots restored, for tests and metrics
 }
 
@@ -126,25 +128,35 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	res := make([]Result, len(cmds))
 	for i, c := range cmds {
-		f.now = max(f.now, commandNow(c))
+		c, f.now = clampNow(c, f.now)
 		reply, changed, err := f.state.Apply(c)
 		res[i] = Result{Reply: cloneReply(reply), Changed: changed, Err: err}
 	}
 	return res
 }
 
-func commandNow(c ledger.Command) bucket.Instant {
+// clampNow returns c as the FSM applies it, at max(c's Now, floor), with
+// that instant; floor is the latest Now applied before c. This is the one
+// place the rule lives: the applied Now never goes back, even when a new
+// leader's clock is behind the commands its predecessor proposed, so no
+// lease or holding gets an instant earlier than one already applied. It
+// depends only on the log, so every replica applies the same commands.
+func clampNow(c ledger.Command, floor bucket.Instant) (ledger.Command, bucket.Instant) {
 	switch c := c.(type) {
 	case ledger.Acquire:
-		return c.Now
+		c.Now = max(c.Now, floor)
+		return c, c.Now
 	case ledger.ReserveAhead:
-		return c.Now
+		c.Now = max(c.Now, floor)
+		return c, c.Now
 	case ledger.Release:
-		return c.Now
+		c.Now = max(c.Now, floor)
+		return c, c.Now
 	case ledger.Sweep:
-		return c.Now
+		c.Now = max(c.Now, floor)
+		return c, c.Now
 	}
-	return 0
+	return c, floor
 }
 
 // cloneReply copies a reply the state keeps (a session's stored reply,
