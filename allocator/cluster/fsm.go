@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -93,11 +94,15 @@ type Result struct {
 type FSM struct {
 	cfg ledger.Config
 
-	mu       sync.Mutex // guards the fields below: raft applies on its goroutine, readers read on theirs
-	state    *ledger.State
-	index    uint64         // the last log index applied (or restored)
-	now      bucket.Instant // the latest Now applied (or restored): the floor for the next command's
-	restores int            // snapshots restored, for tests and metrics
+	mu    sync.Mutex // guards state and now (raft applies on its goroutine, readers read on theirs), and writes to index
+	state *ledger.State
+	now   bucket.Instant // the latest Now applied (or restored): the floor for the next command's
+
+	// index is the last log index applied (or restored); written under mu,
+	// read without it too, so that readiness and metrics never wait for an
+	// Apply in progress.
+	index    atomic.Uint64
+	restores atomic.Int64 // snapshots restored, for tests and metrics
 }
 
 // NewFSM returns an FSM with an empty state under cfg. Every replica must
@@ -118,7 +123,7 @@ var _ raft.FSM = (*FSM)(nil)
 func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.index = max(f.index, l.Index)
+	f.index.Store(max(f.index.Load(), l.Index))
 	if l.Type != raft.LogCommand {
 		return nil
 	}
@@ -188,7 +193,7 @@ func cloneReply(r any) any {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return &fsmSnapshot{b: appendSnapshot(nil, f.index, f.now, f.state.Snapshot())}, nil
+	return &fsmSnapshot{b: appendSnapshot(nil, f.index.Load(), f.now, f.state.Snapshot())}, nil
 }
 
 // Snapshot format: version byte, last applied index and latest Now as
@@ -228,8 +233,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.state, f.index, f.now = st, index, bucket.Instant(now)
-	f.restores++
+	f.state, f.now = st, bucket.Instant(now)
+	f.index.Store(index)
+	f.restores.Add(1)
 	return nil
 }
 
@@ -238,22 +244,15 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 func (f *FSM) StateSnapshot() (state []byte, index uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.state.Snapshot(), f.index
+	return f.state.Snapshot(), f.index.Load()
 }
 
-// AppliedIndex returns the last log index the FSM has applied or restored.
-func (f *FSM) AppliedIndex() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.index
-}
+// AppliedIndex returns the last log index the FSM has applied or
+// restored. It does not wait for an Apply in progress.
+func (f *FSM) AppliedIndex() uint64 { return f.index.Load() }
 
 // Restores returns how many snapshots the FSM has restored.
-func (f *FSM) Restores() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.restores
-}
+func (f *FSM) Restores() int { return int(f.restores.Load()) }
 
 type fsmSnapshot struct{ b []byte }
 

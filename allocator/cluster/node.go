@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -118,6 +119,9 @@ type Node struct {
 	log   *slog.Logger
 	bolt  io.Closer // the store WithBoltStore opened, or nil
 
+	observer      *raft.Observer
+	leaderChanges atomic.Uint64 // leader observations naming a leader
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -179,6 +183,17 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	n.raft = r
+	// The filter runs on raft's goroutine for each observation and sends
+	// none (the channel is nil): it counts leader changes without a
+	// goroutine of our own. raft observes a leader each time the one it
+	// knows changes, to none when an election starts.
+	n.observer = raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
+			n.leaderChanges.Add(1)
+		}
+		return false
+	})
+	r.RegisterObserver(n.observer)
 	return n, nil
 }
 
@@ -332,6 +347,7 @@ func (n *Node) Shutdown() error {
 	n.closed = true
 	n.mu.Unlock()
 	err := n.raft.Shutdown().Error()
+	n.raft.DeregisterObserver(n.observer)
 	n.closeStore()
 	return err
 }
