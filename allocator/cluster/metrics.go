@@ -23,7 +23,8 @@ import (
 // v1.7 does not export its followers' match indexes. The applied index is
 // the FSM's: raft's own applied_index also counts entries only queued for
 // the FSM. Entries that raft does not hand to the FSM (the no-op a new
-// leader appends) count as lag until the next command is applied.
+// leader appends, configuration changes) count as lag until the next
+// command is applied.
 func (n *Node) RegisterMetrics(reg prometheus.Registerer) error {
 	return reg.Register(&nodeCollector{n: n,
 		role:     prometheus.NewDesc("ration_allocator_raft_role", "1 for this node's raft role, 0 for the others.", []string{"role"}, nil),
