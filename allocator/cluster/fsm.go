@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -86,16 +87,22 @@ type Result struct {
 // entries hold the same state, byte for byte (ledger.State.Snapshot).
 //
 // Time comes from the commands: each carries its Now, set by whoever
-// proposed it. The FSM never reads a clock; the instant a snapshot is
-// restored at is the latest Now the FSM had applied when it was taken.
+// proposed it, and is applied at max(its Now, the latest Now applied
+// before it) (see clampNow), so the applied time never goes back. The FSM
+// never reads a clock; the instant a snapshot is restored at is the latest
+// Now the FSM had applied when it was taken.
 type FSM struct {
 	cfg ledger.Config
 
-	mu       sync.Mutex // guards the fields below: raft applies on its goroutine, readers read on theirs
-	state    *ledger.State
-	index    uint64         // the last log index applied (or restored)
-	now      bucket.Instant // the latest Now of the commands applied (or restored)
-	restores int            // snapshots restored, for tests and metrics
+	mu    sync.Mutex // guards state and now (raft applies on its goroutine, readers read on theirs), and writes to index
+	state *ledger.State
+	now   bucket.Instant // the latest Now applied (or restored): the floor for the next command's
+
+	// index is the last log index applied (or restored); written under mu,
+	// read without it too, so that readiness and metrics never wait for an
+	// Apply in progress.
+	index    atomic.Uint64
+	restores atomic.Int64 // snapshots restored, for tests and metrics
 }
 
 // NewFSM returns an FSM with an empty state under cfg. Every replica must
@@ -116,7 +123,7 @@ var _ raft.FSM = (*FSM)(nil)
 func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.index = max(f.index, l.Index)
+	f.index.Store(max(f.index.Load(), l.Index))
 	if l.Type != raft.LogCommand {
 		return nil
 	}
@@ -126,25 +133,35 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	res := make([]Result, len(cmds))
 	for i, c := range cmds {
-		f.now = max(f.now, commandNow(c))
+		c, f.now = clampNow(c, f.now)
 		reply, changed, err := f.state.Apply(c)
 		res[i] = Result{Reply: cloneReply(reply), Changed: changed, Err: err}
 	}
 	return res
 }
 
-func commandNow(c ledger.Command) bucket.Instant {
+// clampNow returns c as the FSM applies it, at max(c's Now, floor), with
+// that instant; floor is the latest Now applied before c. This is the one
+// place the rule lives: the applied Now never goes back, even when a new
+// leader's clock is behind the commands its predecessor proposed, so no
+// lease or holding gets an instant earlier than one already applied. It
+// depends only on the log, so every replica applies the same commands.
+func clampNow(c ledger.Command, floor bucket.Instant) (ledger.Command, bucket.Instant) {
 	switch c := c.(type) {
 	case ledger.Acquire:
-		return c.Now
+		c.Now = max(c.Now, floor)
+		return c, c.Now
 	case ledger.ReserveAhead:
-		return c.Now
+		c.Now = max(c.Now, floor)
+		return c, c.Now
 	case ledger.Release:
-		return c.Now
+		c.Now = max(c.Now, floor)
+		return c, c.Now
 	case ledger.Sweep:
-		return c.Now
+		c.Now = max(c.Now, floor)
+		return c, c.Now
 	}
-	return 0
+	return c, floor
 }
 
 // cloneReply copies a reply the state keeps (a session's stored reply,
@@ -176,7 +193,7 @@ func cloneReply(r any) any {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return &fsmSnapshot{b: appendSnapshot(nil, f.index, f.now, f.state.Snapshot())}, nil
+	return &fsmSnapshot{b: appendSnapshot(nil, f.index.Load(), f.now, f.state.Snapshot())}, nil
 }
 
 // Snapshot format: version byte, last applied index and latest Now as
@@ -216,8 +233,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.state, f.index, f.now = st, index, bucket.Instant(now)
-	f.restores++
+	f.state, f.now = st, bucket.Instant(now)
+	f.index.Store(index)
+	f.restores.Add(1)
 	return nil
 }
 
@@ -226,22 +244,15 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 func (f *FSM) StateSnapshot() (state []byte, index uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.state.Snapshot(), f.index
+	return f.state.Snapshot(), f.index.Load()
 }
 
-// AppliedIndex returns the last log index the FSM has applied or restored.
-func (f *FSM) AppliedIndex() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.index
-}
+// AppliedIndex returns the last log index the FSM has applied or
+// restored. It does not wait for an Apply in progress.
+func (f *FSM) AppliedIndex() uint64 { return f.index.Load() }
 
 // Restores returns how many snapshots the FSM has restored.
-func (f *FSM) Restores() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.restores
-}
+func (f *FSM) Restores() int { return int(f.restores.Load()) }
 
 type fsmSnapshot struct{ b []byte }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -30,6 +31,21 @@ var ErrOutcomeUnknown = errors.New("cluster: outcome unknown")
 
 // ErrClosed is returned by Apply after Shutdown.
 var ErrClosed = errors.New("cluster: node shut down")
+
+// ErrNoLeader is wrapped by Ready's error when the node knows no leader
+// (an election is under way, or the node is cut off or not a member).
+var ErrNoLeader = errors.New("cluster: no leader known")
+
+// ErrCatchingUp is wrapped by Ready's error when a follower has more than
+// ReadyLag committed entries left to apply.
+var ErrCatchingUp = errors.New("cluster: catching up")
+
+// ReadyLag is how many committed entries a follower may have left to
+// apply and still be ready. It is more than zero because a follower
+// learns of commits a heartbeat late, and because raft gives the FSM
+// neither the no-op a new leader appends nor configuration entries: they
+// count as not applied until the next command is.
+const ReadyLag = 16
 
 // NotLeaderError says the node is not (or no longer) the leader, and who
 // the leader is when the node knows. It wraps ErrNotLeader, and also
@@ -118,6 +134,9 @@ type Node struct {
 	log   *slog.Logger
 	bolt  io.Closer // the store WithBoltStore opened, or nil
 
+	observer      *raft.Observer
+	leaderChanges atomic.Uint64 // leader observations naming a leader
+
 	mu     sync.Mutex
 	closed bool
 }
@@ -179,6 +198,17 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	n.raft = r
+	// The filter runs on raft's goroutine for each observation and sends
+	// none (the channel is nil): it counts leader changes without a
+	// goroutine of our own. raft observes a leader each time the one it
+	// knows changes, to none when an election starts.
+	n.observer = raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
+			n.leaderChanges.Add(1)
+		}
+		return false
+	})
+	r.RegisterObserver(n.observer)
 	return n, nil
 }
 
@@ -212,6 +242,34 @@ func (n *Node) Bootstrap(servers ...raft.Server) error {
 // Leader returns the leader's address and id as this node knows them
 // ("" when unknown).
 func (n *Node) Leader() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() }
+
+// Ready returns nil when the node can take its part: it is the leader,
+// or a follower that knows its leader and whose FSM has applied all but
+// at most ReadyLag of the entries it knows are committed. Otherwise it
+// says why: ErrClosed (shut down), ErrNoLeader or ErrCatchingUp, wrapped
+// with the details. It reads raft's state and the FSM's index without
+// waiting for raft or for an Apply in progress.
+func (n *Node) Ready() error {
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	state := n.raft.State()
+	switch {
+	case closed || state == raft.Shutdown:
+		return ErrClosed
+	case state == raft.Leader:
+		return nil
+	}
+	addr, id := n.raft.LeaderWithID()
+	if addr == "" {
+		return fmt.Errorf("%w (%s)", ErrNoLeader, roleName(state))
+	}
+	commit, applied := n.raft.CommitIndex(), n.fsm.AppliedIndex()
+	if commit > applied+ReadyLag {
+		return fmt.Errorf("%w %d entries (commit index %d, applied %d; leader %s)", ErrCatchingUp, commit-applied, commit, applied, id)
+	}
+	return nil
+}
 
 // IsLeader reports whether this node is the leader.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
@@ -332,6 +390,7 @@ func (n *Node) Shutdown() error {
 	n.closed = true
 	n.mu.Unlock()
 	err := n.raft.Shutdown().Error()
+	n.raft.DeregisterObserver(n.observer)
 	n.closeStore()
 	return err
 }
