@@ -1,0 +1,173 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/allocator/ledger"
+)
+
+// Durable Acquire: today's journal (allocator.Open: bbolt, group commit,
+// fsync on) against a one-member cluster (Node on raft-boltdb, fsync on,
+// file snapshots), both answering once the call is durable. Run them
+// interleaved, one binary (docs/cluster.md, "Measurements"):
+//
+//	go test -c -o /tmp/cluster.test ./allocator/cluster
+//	/tmp/cluster.test -test.run '^$' -test.bench 'DurableAcquire/journal$' -test.benchtime 5s
+//	/tmp/cluster.test -test.run '^$' -test.bench 'DurableAcquire/raft1' -test.benchtime 5s
+//
+// Node applies one command per log entry; raft's leader loop takes every
+// entry waiting on its apply channel (up to MaxAppendEntries) and stores
+// them with one StoreLogs, one bbolt transaction and one fsync, so
+// concurrent calls share a commit as the journal's do. calls/commit
+// reports it for both.
+
+const (
+	benchCallers = 8  // concurrent callers, as gateways would be
+	benchKeysN   = 64 // keys per call
+)
+
+// durableKeys: 64 keys that every caller acquires (the gateways share
+// their keys' budgets). Limits are high enough that every key is granted;
+// amounts are a gateway's: it holds 10 requests / 4,000 tokens and asks
+// for as much again, spending 600 / 240,000 a minute.
+func durableKeys() []ledger.AcquireKey {
+	keys := make([]ledger.AcquireKey, benchKeysN)
+	for i := range keys {
+		keys[i] = ledger.AcquireKey{Key: fmt.Sprintf("team-%02d/model-%03d", i%8, i),
+			Limits:    ration.Limits{RPM: 1_000_000_000, TPM: 1_000_000_000_000},
+			Want:      ration.Amount{Requests: 10, Tokens: 4_000},
+			Held:      ration.Amount{Requests: 10, Tokens: 4_000},
+			SpendRate: ration.Amount{Requests: 600, Tokens: 240_000}}
+	}
+	return keys
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// runCallers makes b.N Acquire calls from benchCallers goroutines, each a
+// spender of its own (epoch 1, sequence 1, 2, ...), through call.
+func runCallers(b *testing.B, call func(c ledger.Caller, keys []ledger.AcquireKey) error) {
+	keys := durableKeys()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	for g := range benchCallers {
+		wg.Go(func() {
+			c := ledger.Caller{SpenderID: fmt.Sprintf("gateway-%d", g), Epoch: 1}
+			for next.Add(1) <= int64(b.N) {
+				c.Sequence++
+				if err := call(c, keys); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	s := b.Elapsed().Seconds()
+	b.ReportMetric(float64(b.N)/s, "calls/s")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
+}
+
+// countingLogs counts the leader's log writes (one fsync each).
+type countingLogs struct {
+	*raftboltdb.BoltStore
+	writes, nanos atomic.Int64
+}
+
+func (c *countingLogs) StoreLogs(logs []*raft.Log) error {
+	start := time.Now()
+	err := c.BoltStore.StoreLogs(logs)
+	c.writes.Add(1)
+	c.nanos.Add(int64(time.Since(start)))
+	return err
+}
+
+func (c *countingLogs) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
+
+// BenchmarkDurableAcquire: see the top of the file.
+func BenchmarkDurableAcquire(b *testing.B) {
+	// journal: cmd/allocator's default commit linger (8 ms);
+	// journal-linger0: no linger, as raft's leader loop has none.
+	for _, name := range []string{"journal", "journal-linger0"} {
+		b.Run(name, func(b *testing.B) {
+			var commits, nanos atomic.Int64
+			opts := []allocator.Option{allocator.WithCommitObserver(func(d time.Duration, _ error) {
+				commits.Add(1)
+				nanos.Add(int64(d))
+			})}
+			if name == "journal-linger0" {
+				opts = append(opts, allocator.WithCommitLinger(0))
+			}
+			l, err := allocator.Open(filepath.Join(b.TempDir(), "ledger.db"), opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			c0, n0 := commits.Load(), nanos.Load()
+			runCallers(b, func(c ledger.Caller, keys []ledger.AcquireKey) error {
+				_, err := l.Acquire(context.Background(), c, keys)
+				return err
+			})
+			if n := commits.Load() - c0; n > 0 {
+				b.ReportMetric(float64(b.N)/float64(n), "calls/commit")
+				b.ReportMetric(float64(nanos.Load()-n0)/float64(n)/1e6, "ms/commit")
+			}
+		})
+	}
+	b.Run("raft1", func(b *testing.B) {
+		dir := b.TempDir()
+		bs, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db")) // fsync on
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer bs.Close()
+		logs := &countingLogs{BoltStore: bs}
+		_, tr := raft.NewInmemTransport("one")
+		// raft's defaults (heartbeat and election 1 s, lease 500 ms, commit
+		// timeout 50 ms, MaxAppendEntries 64, snapshot threshold 8,192
+		// entries checked every 120 s).
+		nd, err := New("one", tr, ledger.Config{TTL: 10 * time.Second}, WithStores(logs, bs), WithFileSnapshots(filepath.Join(dir, "snaps"), 2))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer nd.Shutdown()
+		if err := nd.Bootstrap(raft.Server{ID: nd.ID(), Address: nd.Addr()}); err != nil {
+			b.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); !nd.IsLeader(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatal("the one member did not become leader")
+			}
+		}
+		w0, n0 := logs.writes.Load(), logs.nanos.Load()
+		runCallers(b, func(c ledger.Caller, keys []ledger.AcquireKey) error {
+			_, err := nd.Apply(context.Background(), ledger.Acquire{Now: ledger.InstantOf(time.Now()), Caller: c, Keys: keys})
+			return err
+		})
+		if n := logs.writes.Load() - w0; n > 0 {
+			b.ReportMetric(float64(b.N)/float64(n), "calls/commit")
+			b.ReportMetric(float64(logs.nanos.Load()-n0)/float64(n)/1e6, "ms/commit")
+		}
+	})
+}
