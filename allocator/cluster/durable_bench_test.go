@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -33,10 +34,10 @@ import (
 // concurrent calls share a commit as the journal's do. calls/commit
 // reports it for both.
 
-const (
-	benchCallers = 8  // concurrent callers, as gateways would be
-	benchKeysN   = 64 // keys per call
-)
+const benchKeysN = 64 // keys per call
+
+// benchCallers: concurrent callers, as gateways would be.
+var benchCallers = flag.Int("durable.callers", 8, "BenchmarkDurableAcquire: concurrent callers")
 
 // durableKeys: 64 keys that every caller acquires (the gateways share
 // their keys' budgets). Limits are high enough that every key is granted;
@@ -62,7 +63,7 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// runCallers makes b.N Acquire calls from benchCallers goroutines, each a
+// runCallers makes b.N Acquire calls from *benchCallers goroutines, each a
 // spender of its own (epoch 1, sequence 1, 2, ...), through call.
 func runCallers(b *testing.B, call func(c ledger.Caller, keys []ledger.AcquireKey) error) {
 	keys := durableKeys()
@@ -70,7 +71,7 @@ func runCallers(b *testing.B, call func(c ledger.Caller, keys []ledger.AcquireKe
 	var wg sync.WaitGroup
 	cpu0 := cpuTime()
 	b.ResetTimer()
-	for g := range benchCallers {
+	for g := range *benchCallers {
 		wg.Go(func() {
 			c := ledger.Caller{SpenderID: fmt.Sprintf("gateway-%d", g), Epoch: 1}
 			for next.Add(1) <= int64(b.N) {
