@@ -49,7 +49,7 @@ func (s *syncBuffer) String() string {
 }
 
 type testCluster struct {
-	t      *testing.T
+	t      testing.TB
 	tune   []func(*raft.Config)
 	logs   *syncBuffer
 	logger *slog.Logger
@@ -60,7 +60,7 @@ type testCluster struct {
 }
 
 // newCluster starts n connected nodes and bootstraps them as one cluster.
-func newCluster(t *testing.T, n int, tune ...func(*raft.Config)) *testCluster {
+func newCluster(t testing.TB, n int, tune ...func(*raft.Config)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, tune: append([]func(*raft.Config){fastRaft}, tune...), logs: &syncBuffer{}}
 	c.logger = slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))

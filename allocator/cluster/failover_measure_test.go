@@ -14,11 +14,11 @@ import (
 	"github.com/rationhq/ration/allocator/ledger"
 )
 
-// failoverKills turns TestMeasureFailover on: it is a measurement, not a
-// check, and takes a few seconds per kill.
+// BenchmarkFailover's flags: it is a measurement, not a check, and takes a
+// few seconds per kill.
 var (
-	failoverKills   = flag.Int("failover.kills", 0, "TestMeasureFailover: leaders to kill (0: skip the measurement)")
-	failoverTimeout = flag.Duration("failover.timeout", time.Second, "TestMeasureFailover: heartbeat and election timeout (leader lease: half)")
+	failoverKills   = flag.Int("failover.kills", 20, "BenchmarkFailover: leaders to kill")
+	failoverTimeout = flag.Duration("failover.timeout", time.Second, "BenchmarkFailover: heartbeat and election timeout (leader lease: half)")
 )
 
 // prodRaft: by default raft's defaults, which Consul ships as its
@@ -32,24 +32,30 @@ func prodRaft(c *raft.Config) {
 	c.CommitTimeout = 50 * time.Millisecond
 }
 
-// TestMeasureFailover measures the time to serve again after the leader
-// is killed: from the call of the leader's Shutdown (its transport then
-// cut off, as a dead process refuses connections) to the first Apply that
+// BenchmarkFailover measures the time to serve again after the leader is
+// killed: from the call of the leader's Shutdown (its transport then cut
+// off, as a dead process refuses connections) to the first Apply that
 // returns committed on the new leader, on three in-memory nodes with
 // prodRaft's timeouts. Each kill uses a new cluster that has elected a
-// leader, applied a call and run 300 ms. It prints the distribution and
-// asserts nothing about time. Run (docs/cluster.md, "Measurements"):
+// leader, applied a call and run 300 ms. It logs the distribution and
+// reports p50 and p99 in seconds; it asserts nothing about time, and runs
+// only with -bench (docs/cluster.md, "Measurements"):
 //
-//	go test -run TestMeasureFailover -v ./allocator/cluster -failover.kills 20
-func TestMeasureFailover(t *testing.T) {
-	if *failoverKills <= 0 {
-		t.Skip("a measurement: run with -failover.kills N")
-	}
+//	go test -run '^$' -bench Failover -benchtime 1x -v ./allocator/cluster -failover.kills 20
+func BenchmarkFailover(b *testing.B) {
 	keys := durableKeys()
 	var serve, elect, shut []time.Duration
-	for k := range *failoverKills {
-		t.Run(fmt.Sprint(k), func(t *testing.T) {
-			c := newCluster(t, 3, prodRaft)
+	for range *failoverKills {
+		func() {
+			c := newCluster(b, 3, prodRaft)
+			defer func() { // this kill's cluster ends here, not with the benchmark
+				for i, nd := range c.nodes {
+					if !c.down[i] {
+						c.down[i] = true
+						_ = nd.Shutdown()
+					}
+				}
+			}()
 			caller := ledger.Caller{SpenderID: "gateway", Epoch: 1, Sequence: 1}
 			c.apply(ledger.Acquire{Now: ledger.InstantOf(time.Now()), Caller: caller, Keys: keys})
 			time.Sleep(300 * time.Millisecond) // a few heartbeats of steady state
@@ -60,7 +66,7 @@ func TestMeasureFailover(t *testing.T) {
 			var elected time.Duration
 			for {
 				if time.Since(t0) > time.Minute {
-					t.Fatal("no new leader served within a minute")
+					b.Fatal("no new leader served within a minute")
 				}
 				for i, nd := range c.nodes {
 					if c.down[i] || !nd.IsLeader() {
@@ -80,7 +86,7 @@ func TestMeasureFailover(t *testing.T) {
 				}
 				time.Sleep(time.Millisecond) // poll interval
 			}
-		})
+		}()
 	}
 	if len(serve) == 0 {
 		return
@@ -97,8 +103,11 @@ func TestMeasureFailover(t *testing.T) {
 			s[0].Round(unit), q(0.50).Round(unit), q(0.99).Round(unit),
 			s[len(s)-1].Round(unit), strings.Join(all, " "))
 	}
-	t.Logf("timeouts: heartbeat %v, election %v, leader lease %v", *failoverTimeout, *failoverTimeout, *failoverTimeout/2)
-	t.Log(summary("kill to first committed Apply on the new leader", serve, time.Millisecond))
-	t.Log(summary("kill to a leader seen", elect, time.Millisecond))
-	t.Log(summary("the old leader's Shutdown call", shut, time.Microsecond))
+	b.Logf("timeouts: heartbeat %v, election %v, leader lease %v", *failoverTimeout, *failoverTimeout, *failoverTimeout/2)
+	b.Log(summary("kill to first committed Apply on the new leader", serve, time.Millisecond))
+	b.Log(summary("kill to a leader seen", elect, time.Millisecond))
+	b.Log(summary("the old leader's Shutdown call", shut, time.Microsecond))
+	s := slices.Sorted(slices.Values(serve))
+	b.ReportMetric(s[len(s)/2].Seconds(), "p50-s")
+	b.ReportMetric(s[min(len(s)-1, int(0.99*float64(len(s))))].Seconds(), "p99-s")
 }

@@ -50,7 +50,7 @@ func roleText(role string) string {
 }
 
 // pollUntil polls cond every 2 ms until it holds or waitFor passes.
-func pollUntil(t *testing.T, what string, cond func() bool) {
+func pollUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for !cond() {
