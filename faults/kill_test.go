@@ -11,14 +11,17 @@ import (
 
 // TestAllocatorKill9KeepsTheBound kills the allocator with SIGKILL four
 // times under a load above the key's limit, restarting it each time on the
-// same data directory and port. The gateways keep answering (200 or 429,
+// same data directory and port after more than half a lease TTL. The gateways keep answering (200 or 429,
 // never a 5xx), every restart recovers all its state ("not_vouched":0:
 // what was answered was durable), the bound holds over the whole run, and
 // after the last restart the gateways are admitted from leases again.
 func TestAllocatorKill9KeepsTheBound(t *testing.T) {
 	ctx := deadline(t, 60*time.Second)
-	const kills = 4
-	f := startFleet(ctx, t, fleetSpec{name: "kill", rpm: 600, ttl: 2 * time.Second, procs: 2, instances: 2})
+	const (
+		kills = 4
+		ttl   = 2 * time.Second
+	)
+	f := startFleet(ctx, t, fleetSpec{name: "kill", rpm: 600, ttl: ttl, procs: 2, instances: 2})
 	l := f.overLimit(ctx, t, 150)
 
 	var downs []time.Duration
@@ -29,6 +32,11 @@ func TestAllocatorKill9KeepsTheBound(t *testing.T) {
 		if err := f.alloc.wait(ctx); err == nil {
 			t.Fatalf("allocator exited 0 after SIGKILL")
 		}
+		// Down for longer than half the lease TTL: a spender holding a
+		// refill share calls only to renew it, every half TTL, and a
+		// restart within a few tens of milliseconds could fall between
+		// all the fleet's calls.
+		pause(ctx, ttl/2+100*time.Millisecond)
 		f.alloc.restart(ctx, t)
 		downs = append(downs, time.Since(killed))
 		if logs := f.alloc.logs.String(); !strings.Contains(logs, `"not_vouched":0`) {
