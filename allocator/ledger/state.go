@@ -269,10 +269,16 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 		changed[c.Keys[i].Key] = changed[c.Keys[i].Key] || ok
 	}
 	for name, ks := range s.keys {
+		if ks.find(c.Caller.SpenderID, c.Caller.Epoch) < 0 {
+			continue
+		}
+		// Brought to now first: until now the holding's share took its
+		// part of the refill, which the bucket must not get back.
+		ks.touch(c.Now, s.cfg.TTL, s.cfg.Strict)
 		if i := ks.find(c.Caller.SpenderID, c.Caller.Epoch); i >= 0 {
 			ks.holds = slices.Delete(ks.holds, i, i+1)
-			changed[name] = true
 		}
+		changed[name] = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(changed)) {
 		if changed[name] {
@@ -340,9 +346,20 @@ func (s *State) keyFor(name string, lim ration.Limits, now bucket.Instant) *keyS
 		ks = &keyState{fresh: true}
 		s.keys[name] = ks
 	}
-	ks.setLimits(lim, now)
+	s.follow(ks, lim, now)
 	s.markKey(name)
 	return ks
+}
+
+// follow makes ks follow lim at now. A key whose limits change is first
+// brought to now under the old ones: the refill since its last touch is at
+// the old rate less the shares of that time (setLimits alone would refill
+// it at the whole old rate, minting what the shares took).
+func (s *State) follow(ks *keyState, lim ration.Limits, now bucket.Instant) {
+	if !ks.fresh && ks.lim != lim {
+		ks.touch(now, s.cfg.TTL, s.cfg.Strict)
+	}
+	ks.setLimits(lim, now)
 }
 
 // fillSnapshots gives a stored reply of n keys that was decoded without
@@ -556,7 +573,7 @@ func (s *State) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant) (ration.
 		s.keys[strings.Clone(k.Key)] = ks
 	}
 	if !k.Limits.Unlimited() {
-		ks.setLimits(k.Limits, now)
+		s.follow(ks, k.Limits, now)
 	}
 	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
 	var out ration.Amount
