@@ -136,33 +136,30 @@ func TestLimitDecreaseUnderSharesIsNoDebt(t *testing.T) {
 // the bucket got the whole old rate back for the time since its last
 // touch: 50 of 10 s's 100, minted.)
 func TestShareRefillStaysTakenAcrossChanges(t *testing.T) {
+	lim := ration.Limits{RPM: 600} // 10 a second
 	for _, tc := range []struct {
-		name   string
-		change func(l *Ledger)
+		name    string
+		release bool          // b releases without listing the key
+		after   ration.Limits // the limits c's call carries
 	}{
-		{"limits raised", func(l *Ledger) {}},
-		{"spender released without listing the key", func(l *Ledger) {
-			if _, err := l.Release(ctx, caller("b", 1, 2), nil); err != nil {
-				t.Fatal(err)
-			}
-		}},
+		{"limits raised", false, ration.Limits{RPM: 1200}},
+		{"spender released without listing the key", true, lim},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()
 			l := newLedger(t, clk, WithTTL(10*time.Second))
-			lim := ration.Limits{RPM: 600} // 10 a second
 			acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 600}, Need: ration.Amount{Requests: 600}})
 			r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: lim, Demand: ration.Amount{Requests: 6000}})
 			if r.Share.Requests != ration.ShareUnit {
 				t.Fatalf("b's share %+v, want the whole rate", r)
 			}
 			clk.Advance(5 * time.Second) // the key untouched: the share takes all 50
-			tc.change(l)
-			after := lim
-			if tc.name == "limits raised" {
-				after = ration.Limits{RPM: 1200}
+			if tc.release {
+				if _, err := l.Release(ctx, caller("b", 1, 2), nil); err != nil {
+					t.Fatal(err)
+				}
 			}
-			r = acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k", Limits: after})
+			r = acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k", Limits: tc.after})
 			if got := r.Snapshot.Requests.Remaining; got > 0 {
 				t.Fatalf("the bucket holds %d after 5 s under a share of the whole rate, want 0", got)
 			}
