@@ -392,6 +392,8 @@ func (s *State) snapshotAt(name string, lim ration.Limits, now bucket.Instant) S
 	var k keyState
 	if ks := s.keys[name]; ks != nil && !ks.fresh {
 		k.req, k.tok = ks.req, ks.tok // copies: Bucket is a value
+		// The holdings only read, for the refill their shares take.
+		k.lim, k.holds = ks.lim, ks.holds
 	} else {
 		if lim.Unlimited() {
 			return Snapshot{}
