@@ -105,8 +105,9 @@ func (lz *leaser) shareRefills(st *keyState, c ration.Amount, now bucket.Instant
 }
 
 // renewDue reports whether st, holding a share, is due for renewal at
-// now: half a TTL after its last send, or an eighth of one when its
-// demand moved a lot against the share (the shard locked).
+// now: a renewal period (half a TTL) after its last send, or an eighth of
+// a TTL when its demand moved a lot against the share or the share is well
+// below its fair share (the shard locked).
 func (lz *leaser) renewDue(st *keyState, now bucket.Instant) bool {
 	ls, ttl := st.ls, lz.leaseTTL()
 	ss := ls.ss
@@ -114,7 +115,7 @@ func (lz *leaser) renewDue(st *keyState, now bucket.Instant) bool {
 		return false
 	}
 	since := now.Sub(ss.sent)
-	return since >= ttl/2 || since >= ttl/8 && (ls.demandMoved(st.lim, now) || ss.owed())
+	return since >= lz.renewEvery() || since >= ttl/8 && (ls.demandMoved(st.lim, now) || ss.owed())
 }
 
 // owed reports whether the share is well below the fair share the
