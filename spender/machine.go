@@ -698,6 +698,11 @@ func (lz *leaser) nextWake(now bucket.Instant) bucket.Instant {
 	lz.mu.Lock()
 	defer lz.mu.Unlock()
 	at := lz.nextTick
+	if lz.dup != nil {
+		// No call is ever sent again: queued keys (a share's renewal, a
+		// refresh) must not wake the driver now, over and over.
+		return at
+	}
 	switch c := lz.call; {
 	case c != nil && !c.inFlight:
 		at = min(at, c.resendAt)
