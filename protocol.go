@@ -9,6 +9,11 @@ package ration
 //     alone and sends the rest of the batch again.
 //   - CodeFailedPrecondition carries a google.rpc.ErrorInfo in ErrorDomain
 //     whose Reason is one of the Reason values below.
+//   - CodeUnavailable from a cluster member that is not the leader carries
+//     an ErrorInfo whose Reason is ReasonNotLeader and whose metadata
+//     MetaLeader is the leader's lease API base URL (absent while the
+//     member knows no leader). Nothing was applied: the spender sends the
+//     same call (same epoch, sequence and body) to the leader.
 const (
 	ErrorDomain = "lease.ration.dev"
 
@@ -21,8 +26,13 @@ const (
 	ReasonSequenceReused = "SEQUENCE_REUSED"
 	// ReasonEpochReleased: Release closed the call's epoch.
 	ReasonEpochReleased = "EPOCH_RELEASED"
+	// ReasonNotLeader: the member answering is not the cluster's leader.
+	ReasonNotLeader = "NOT_LEADER"
 
 	// MetaLatestEpoch is the ErrorInfo metadata key holding, in decimal,
 	// the latest epoch the allocator has seen for the spender id.
 	MetaLatestEpoch = "latest_epoch"
+	// MetaLeader is the ErrorInfo metadata key holding the leader's lease
+	// API base URL ("http://host:port" or "https://host:port").
+	MetaLeader = "leader"
 )
