@@ -265,6 +265,9 @@ func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.
 		n = max(1, lz.maxActive.Load())
 	}
 	share := shareOf(st.lim, int64(n))
+	if ls.ss != nil {
+		share = heldShareOf(st.lim, ls.ss.share, share)
+	}
 	if !ls.fallback || ls.fbLim != share {
 		// Buckets at the share that start empty: the global bucket was
 		// probably spent when the allocator went away, and a full start
@@ -285,6 +288,29 @@ func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.
 		return &RejectError{RetryAfter: w, Status: fb.status(), Dimension: dim, Cost: c}
 	}
 	return nil
+}
+
+// heldShareOf is the fallback share of a key whose last answer gave it
+// refill share s: per dimension with a share, lim scaled by it (at least 1);
+// per dimension without one, what even holds. The allocator keeps the shares
+// of a key within its rate, so spenders that fall back at their shares
+// admit at most the rate between them, each at what its demand was given
+// rather than limit / active spenders, which starves a busy spender beside
+// idle ones.
+func heldShareOf(lim ration.Limits, s ration.Share, even ration.Limits) ration.Limits {
+	scale := func(v int64, ppm uint32) int64 {
+		p := int64(ppm) // v × ppm / ShareUnit without overflowing at MaxAmount
+		return max(1, v/ration.ShareUnit*p+v%ration.ShareUnit*p/ration.ShareUnit)
+	}
+	capacity := lim.Capacity()
+	out := even
+	if s.Requests > 0 && lim.RPM > 0 {
+		out.RPM, out.BurstRequests = scale(lim.RPM, s.Requests), scale(capacity.Requests, s.Requests)
+	}
+	if s.Tokens > 0 && lim.TPM > 0 {
+		out.TPM, out.BurstTokens = scale(lim.TPM, s.Tokens), scale(capacity.Tokens, s.Tokens)
+	}
+	return out
 }
 
 // shareOf is lim divided among n spenders, at least 1 per limited dimension.

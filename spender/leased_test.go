@@ -650,3 +650,33 @@ func TestLeasedStallingAllocatorIsNotAnOutage(t *testing.T) {
 		}
 	})
 }
+
+// TestLeasedOutageFallsBackAtTheShare: a spender that held a refill share
+// when the allocator went away falls back at that share, not at limit /
+// active spenders. Here the busy spender of two (98% of a key offered at
+// twice its rate) would be held to half the rate on the even split, while
+// the idle one admits its few; at the shares the pair admits about the
+// rate, and still at most capacity plus the rate times the outage.
+func TestLeasedOutageFallsBackAtTheShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const rpm = 600 // 10 a second
+		f := newFleet(t, 2, ration.Limits{RPM: rpm}, []allocator.Option{allocator.WithTTL(time.Second)})
+		one := ration.Amount{Requests: 1}
+		weights := []float64{0.98, 0.02}
+		f.run(600, 50*time.Millisecond, 1, weights, one) // 20 a second for 30 s: shares in place
+
+		for _, n := range f.nets {
+			n.partitioned.Store(true)
+		}
+		const outage = 30 * time.Second
+		admitted, _ := f.run(int(outage/(50*time.Millisecond)), 50*time.Millisecond, 1, weights, one)
+		rho := float64(rpm) / 60
+		if even := (rho/2 + 0.02*2*rho) * outage.Seconds(); float64(admitted) < 0.85*rho*outage.Seconds() {
+			t.Fatalf("admitted %d in a %v outage; want at least 85%% of the rate's %.0f (the even split admits about %.0f)",
+				admitted, outage, rho*outage.Seconds(), even)
+		}
+		if bound := float64(rpm) + rho*outage.Seconds(); float64(admitted) > bound {
+			t.Fatalf("admitted %d in a %v outage, above capacity plus the rate (%.0f)", admitted, outage, bound)
+		}
+	})
+}
