@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -304,32 +302,17 @@ func TestRouterReserveAllBadInput(t *testing.T) {
 func TestRouterReserveAllUnderContention(t *testing.T) {
 	r, lims := routerOf(t, fakeclock.New(), "a", "b", "c")
 	team, key := ration.Limits{RPM: 500}, ration.Limits{RPM: 40}
-	var admitted atomic.Int64
-	perKey := make([]atomic.Int64, 20)
-	var wg sync.WaitGroup
-	for i := range 2000 {
-		wg.Go(func() {
-			k := i % 20
-			_, err := r.ReserveAll(ctx, []spender.Charge{charge(fmt.Sprint("key-", k), key, 0), charge("team", team, 0)})
-			if err == nil {
-				admitted.Add(1)
-				perKey[k].Add(1)
-			} else if !errors.Is(err, spender.ErrRateLimited) {
-				t.Error(err)
-			}
-		})
+	admitted, perKey := contend(t, r.ReserveAll, team, key)
+	if admitted > 500 || admitted < 400 {
+		t.Errorf("admitted %d; want at most the team's 500 (and not far below)", admitted)
 	}
-	wg.Wait()
-	if got := admitted.Load(); got > 500 || got < 400 {
-		t.Errorf("admitted %d; want at most the team's 500 (and not far below)", got)
-	}
-	if left := remainingOf(t, lims[r.Cluster("team")], "team", team); left != 500-admitted.Load() {
-		t.Errorf("team: %d left after %d admitted", left, admitted.Load())
+	if left := remainingOf(t, lims[r.Cluster("team")], "team", team); left != 500-admitted {
+		t.Errorf("team: %d left after %d admitted", left, admitted)
 	}
 	for k := range perKey {
 		name := fmt.Sprint("key-", k)
-		if left := remainingOf(t, lims[r.Cluster(name)], name, key); left != 40-perKey[k].Load() {
-			t.Errorf("%s: %d left after %d admitted", name, left, perKey[k].Load())
+		if left := remainingOf(t, lims[r.Cluster(name)], name, key); left != 40-perKey[k] {
+			t.Errorf("%s: %d left after %d admitted", name, left, perKey[k])
 		}
 	}
 }
