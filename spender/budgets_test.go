@@ -1,6 +1,7 @@
 package spender_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -162,34 +163,45 @@ func TestReserveAllExactUnderContention(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLimiter(t, fakeclock.New())
-			team := ration.Limits{RPM: tc.teamRPM}
-			key := ration.Limits{RPM: tc.keyRPM}
-			var admitted atomic.Int64
-			perKey := make([]atomic.Int64, 20)
-			var wg sync.WaitGroup
-			for i := range 2000 {
-				wg.Go(func() {
-					k := i % 20
-					_, err := l.ReserveAll(ctx, []spender.Charge{charge(fmt.Sprint("key-", k), key, 0), charge("team", team, 0)})
-					if err == nil {
-						admitted.Add(1)
-						perKey[k].Add(1)
-					} else if !errors.Is(err, spender.ErrRateLimited) {
-						t.Error(err)
-					}
-				})
+			admitted, perKey := contend(t, l.ReserveAll, ration.Limits{RPM: tc.teamRPM}, ration.Limits{RPM: tc.keyRPM})
+			if admitted != tc.want {
+				t.Errorf("admitted %d; want exactly %d", admitted, tc.want)
 			}
-			wg.Wait()
-			if got := admitted.Load(); got != tc.want {
-				t.Errorf("admitted %d; want exactly %d", got, tc.want)
-			}
-			for k := range perKey {
-				if n := perKey[k].Load(); n > tc.keyRPM {
+			for k, n := range perKey {
+				if n > tc.keyRPM {
 					t.Errorf("key-%d admitted %d, above its %d", k, n, tc.keyRPM)
 				}
 			}
 		})
 	}
+}
+
+// contend sends 2000 requests at once through reserveAll, each one
+// request charged to its key (key-0 to key-19, limits key) and to a team
+// budget ("team", limits team), and returns how many were admitted, in
+// all and per key.
+func contend(t *testing.T, reserveAll func(context.Context, []spender.Charge) (*spender.Reservations, error), team, key ration.Limits) (int64, []int64) {
+	var admitted atomic.Int64
+	perKey := make([]atomic.Int64, 20)
+	var wg sync.WaitGroup
+	for i := range 2000 {
+		wg.Go(func() {
+			k := i % 20
+			_, err := reserveAll(ctx, []spender.Charge{charge(fmt.Sprint("key-", k), key, 0), charge("team", team, 0)})
+			if err == nil {
+				admitted.Add(1)
+				perKey[k].Add(1)
+			} else if !errors.Is(err, spender.ErrRateLimited) {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	out := make([]int64, len(perKey))
+	for k := range perKey {
+		out[k] = perKey[k].Load()
+	}
+	return admitted.Load(), out
 }
 
 // TestLeasedReserveAllSharesATeam: two leased gateways, each with its own

@@ -50,6 +50,15 @@
 // slow-path deadline (LeaseTuning), after which the fallback policy
 // decides. Close returns the unspent leases.
 //
+// # Several clusters
+//
+// A Router spreads keys over several allocator clusters, each an
+// independent allocator with its own ledger: one leased Limiter per
+// cluster, every key routed to one cluster by rendezvous hashing of the key
+// over the cluster names (Route, the same on every gateway). A cluster's
+// loss affects only its keys; ReserveAll over budgets on several clusters
+// stays all or nothing by cancelling what the other clusters admitted.
+//
 // Limits are passed with every call, because they live on the key record;
 // the Limiter follows changes without minting tokens. Keys are budgets per
 // key ID: two keys never share a bucket. The Limiter does not count

@@ -127,6 +127,11 @@ type Result struct {
 	// Budgets is every budget's own numbers, in the scenario's order
 	// (one for a one-key scenario).
 	Budgets []BudgetResult
+
+	// Clusters is each cluster's numbers, for a scenario over several
+	// allocator clusters (Scenario.Clusters); its headline numbers are
+	// then the sums over every key, and Budgets has one per key.
+	Clusters []ClusterResult
 }
 
 // BudgetResult is what a run measured for one budget, in its dimension:

@@ -69,6 +69,10 @@ type Scenario struct {
 	Loss   float64       // message loss probability each way, on top of Config.Net
 	Jitter time.Duration // network jitter, if larger than Config.Net's
 
+	// Clusters, if not nil, spreads the scenario's keys over several
+	// allocator clusters, one of which may be lost (see Clusters).
+	Clusters *Clusters
+
 	// Autoscale starts with N/2 instances, adds the others one by one
 	// between 10% and 40% of the run, then removes them again, last in
 	// first out, between 60% and 90%.
@@ -90,6 +94,7 @@ func Scenarios() []Scenario {
 		{Name: "tokens", About: "Zipf traffic; TPM-bound, reserve prompt + max_tokens 4096, use ~300 output tokens", Skew: Zipf, Tokens: true},
 		{Name: "tokens-io", About: "the tokens traffic charged to an input budget (ITPM 110,000: the prompt) and an output budget (OTPM 1,090,000: max_tokens 4096, ~300 used)", Skew: Zipf, Tokens: true, Charging: InputOutput},
 		{Name: "team", About: "4 keys (RPM 4000, 3000, 2000, 1000; Zipf shares of the traffic), each request also charged to the team (RPM 6000); key k's traffic Zipf (s = 2) from instance k", Skew: Zipf, ZipfS: 2, Charging: KeyAndTeam},
+		{Name: "clusters", About: "60 keys (Zipf shares of the load) over 3 allocator clusters by rendezvous hashing; cluster b is unreachable from 40% to 60% of the run", Skew: Zipf, OutageFrom: 0.4, OutageTo: 0.6, Clusters: &Clusters{Names: []string{"a", "b", "c"}, Lost: "b"}},
 	}
 }
 

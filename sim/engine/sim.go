@@ -93,6 +93,9 @@ type strategy interface {
 // measured. The same Config (seed included) always gives the same Result.
 func Run(cfg Config) (*Result, error) {
 	cfg = cfg.withDefaults()
+	if cfg.Scenario.Clusters != nil {
+		return runClusters(cfg)
+	}
 	s, err := newSim(cfg)
 	if err != nil {
 		return nil, err

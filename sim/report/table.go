@@ -134,15 +134,20 @@ func grantedOver(r *engine.Result, b *engine.BudgetResult) string {
 }
 
 // Table writes an aligned table of rs, or a Markdown table with markdown.
-// When a result has several budgets, a second table follows with one row
-// per budget of those results.
+// When a result is over several clusters, a table follows with one row per
+// cluster of those results; when a result has several budgets (and is not
+// over clusters, whose budgets are its keys), a table with one row per
+// budget of those results.
 func Table(w io.Writer, rs []*engine.Result, markdown bool) error {
 	if err := writeTable(w, rs, columns(), markdown); err != nil {
 		return err
 	}
+	if err := clusterTable(w, rs, markdown); err != nil {
+		return err
+	}
 	var rows []budgetRow
 	for _, r := range rs {
-		if len(r.Budgets) < 2 {
+		if len(r.Budgets) < 2 || len(r.Clusters) > 0 { // a run over clusters: one row per cluster, above
 			continue
 		}
 		for i := range r.Budgets {

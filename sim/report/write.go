@@ -29,6 +29,7 @@ func color(st engine.Strategy) string {
 }
 
 // WriteAll writes results.csv, budgets.csv, instances.csv, series.csv,
+// clusters.csv (the rows of results over several clusters),
 // one time-series plot per scenario (<scenario>.svg), summary.svg
 // (admitted fraction), fairness.svg (Jain's index), when the zipf
 // scenario ran, instances-zipf.svg (admission probability by instance)
@@ -43,6 +44,7 @@ func WriteAll(dir string, rs []*engine.Result, scs []engine.Scenario) error {
 		"budgets.csv":   func(w io.Writer) { BudgetsCSV(w, rs) },
 		"instances.csv": func(w io.Writer) { InstancesCSV(w, rs) },
 		"series.csv":    func(w io.Writer) { SeriesCSV(w, rs) },
+		"clusters.csv":  func(w io.Writer) { ClustersCSV(w, rs) },
 		"summary.svg": func(w io.Writer) {
 			grouped(w, rs, scs, "Admitted, % of what the limit allows (C + ρt)", "% of C + ρt", 0,
 				func(r *engine.Result) float64 { return 100 * r.AdmitFrac })
