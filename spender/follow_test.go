@@ -37,6 +37,7 @@ type visit struct {
 	member string // the member's name
 	method string
 	req    proto.Message
+	served bool // the member served it (it was the leader)
 }
 
 // journal records, in order, the requests every member of a fake cluster
@@ -85,10 +86,10 @@ func (m *fakeMember) setRole(r role) {
 
 // enter records req and returns the member's refusal, or nil to serve.
 func (m *fakeMember) enter(method string, req proto.Message) error {
-	m.j.add(visit{member: m.name, method: method, req: proto.Clone(req)})
 	m.mu.Lock()
 	r := m.role
 	m.mu.Unlock()
+	m.j.add(visit{member: m.name, method: method, req: proto.Clone(req), served: r.serves})
 	if r.serves {
 		return nil
 	}
