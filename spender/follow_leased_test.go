@@ -150,16 +150,24 @@ func TestLeasedFollowsTheLeader(t *testing.T) {
 					t.Fatalf("the first call reached %v, want a then b with the same request", members(first))
 				}
 
+				// elect makes member k the leader (none for -1) between two
+				// calls: the Limiter's goroutine, woken at the instant the
+				// clock reached, has finished what it does then.
+				elect := func(k int) {
+					synctest.Wait()
+					c.lead(k)
+				}
+
 				// c leads; the next call goes to b, which names c.
+				elect(2)
 				n := c.j.len()
-				c.lead(2)
 				admittedAll("c leads", offer(3*time.Second))
 				if v := c.j.since(n); len(v) < 2 || v[0].member != "b" || v[1].member != "c" || !v[1].served || !proto.Equal(v[0].req, v[1].req) {
 					t.Fatalf("the first call after c was elected reached %v, want b then c with the same request", members(v))
 				}
 
 				// No leader: the lease, then the fallback policy.
-				c.lead(-1)
+				elect(-1)
 				out := offer(8 * time.Second)
 				lastLease, firstAfter := -1, -1
 				for i, o := range out {
@@ -183,7 +191,7 @@ func TestLeasedFollowsTheLeader(t *testing.T) {
 				}
 
 				// a leads: served again.
-				c.lead(0)
+				elect(0)
 				if err := l.Flush(ctx); err != nil {
 					t.Fatal(err)
 				}
@@ -231,7 +239,7 @@ func TestLeasedFollowsTheLeader(t *testing.T) {
 func members(vs []visit) string {
 	var b strings.Builder
 	for _, v := range vs {
-		b.WriteString(v.member)
+		fmt.Fprintf(&b, "%s(%s %d served:%v) ", v.member, v.method, callerOf(v.req).GetSequence(), v.served)
 	}
 	return b.String()
 }
