@@ -2,7 +2,6 @@ package spender_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -10,12 +9,9 @@ import (
 	"testing"
 
 	"connectrpc.com/connect/v2"
-	"connectrpc.com/connect/v2/connectproto"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/testkit"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
@@ -93,22 +89,7 @@ func (m *fakeMember) enter(method string, req proto.Message) error {
 	if r.serves {
 		return nil
 	}
-	return notLeaderError(r.leader)
-}
-
-// notLeaderError is a member's NOT_LEADER refusal naming leader ("" for
-// none), as protocol.go specifies it.
-func notLeaderError(leader string) error {
-	info := &errdetails.ErrorInfo{Domain: ration.ErrorDomain, Reason: ration.ReasonNotLeader}
-	if leader != "" {
-		info.Metadata = map[string]string{ration.MetaLeader: leader}
-	}
-	ce := connect.NewError(connect.CodeUnavailable, "not the leader")
-	d, err := connectproto.NewErrorDetail(info)
-	if err != nil {
-		panic(err)
-	}
-	return ce.WithDetail(d)
+	return testkit.NotLeader(r.leader)
 }
 
 func (m *fakeMember) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
@@ -493,7 +474,7 @@ func TestDialAllocatorFollowsConcurrently(t *testing.T) {
 		wg.Go(func() {
 			for i := range 30 {
 				if err := call(g*100 + i + 1); err != nil {
-					if _, isNotLeader := notLeaderOf(err); !isNotLeader {
+					if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "not the leader") {
 						t.Errorf("goroutine %d call %d: %v, want an answer or NOT_LEADER", g, i, err)
 					}
 				}
@@ -519,20 +500,4 @@ func TestDialAllocatorFollowsConcurrently(t *testing.T) {
 	if v := j.since(before); len(v) != 1 || v[0].member != "b" {
 		t.Fatalf("a call once the leader settled reached %v, want b alone", v)
 	}
-}
-
-// notLeaderOf reports whether err is a NOT_LEADER refusal, with the leader
-// it names.
-func notLeaderOf(err error) (string, bool) {
-	var ce *connect.Error
-	if !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
-		return "", false
-	}
-	for _, d := range ce.Details() {
-		m, err := connectproto.UnmarshalErrorDetail(d)
-		if info, ok := m.(*errdetails.ErrorInfo); err == nil && ok && info.GetReason() == ration.ReasonNotLeader {
-			return info.GetMetadata()[ration.MetaLeader], true
-		}
-	}
-	return "", false
 }
