@@ -2,8 +2,8 @@ package spender
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"connectrpc.com/connect/v2"
@@ -22,6 +22,8 @@ type sourceConfig struct {
 	token    string
 	client   *http.Client
 	protocol connecthttp.Option
+	metrics  *Metrics
+	logger   *slog.Logger
 }
 
 type sourceOptionFunc func(*sourceConfig) error
@@ -72,14 +74,46 @@ func WithProtocol(name string) SourceOption {
 	})
 }
 
-// DialAllocator returns the LeaseSource of the allocator at baseURL, for
-// WithLeases. It does not connect until the first call. Each call is
-// bounded by the Limiter's call timeout and retried by the Limiter with
-// backoff and jitter.
-func DialAllocator(baseURL string, opts ...SourceOption) (LeaseSource, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("spender: allocator URL %q: want http://host:port or https://host:port", baseURL)
+// WithSourceMetrics records the source's leader redirects and the member
+// it follows (leader_redirects_total, allocator_leader; see Metrics) into
+// m, which is normally the Limiter's own (WithMetrics). The default
+// records nothing.
+func WithSourceMetrics(m *Metrics) SourceOption {
+	return sourceOptionFunc(func(c *sourceConfig) error { c.metrics = m; return nil })
+}
+
+// WithSourceLogger sets where the source logs the member it follows and
+// its changes (info), and a leader URL it will not follow because it is
+// not in the list (warn). The default discards.
+func WithSourceLogger(l *slog.Logger) SourceOption {
+	return sourceOptionFunc(func(c *sourceConfig) error { c.logger = l; return nil })
+}
+
+// DialAllocator returns the LeaseSource of the allocator at baseURLs, for
+// WithLeases: one base URL ("http://host:port" or "https://host:port"), or
+// the members of an allocator cluster, comma-separated
+// ("http://a:7450,http://b:7450,http://c:7450"; one scheme for all). It
+// does not connect until the first call. Each call is bounded by the
+// Limiter's call timeout and retried by the Limiter with backoff and
+// jitter, with the same epoch, sequence and body, so that whichever member
+// applies it applies it once.
+//
+// A call goes to the member that answered the previous one (the first
+// listed, at the start). A member that is not the leader answers
+// NOT_LEADER (ration.ReasonNotLeader) with the leader's URL: the source
+// sends the same request there at once, in the same attempt, at most twice
+// per attempt, and only to a listed member (compared by scheme, host and
+// port; the bearer token goes to no other host). Otherwise (no leader
+// named, a URL not in the list, a member that cannot be reached or does
+// not answer within the attempt) the attempt fails with that error and
+// the next one starts at the next member. While no member serves, the
+// Limiter spends its leases and then applies its fallback policy, as when
+// a lone allocator is down. With one URL nothing is redirected: a call
+// goes to that allocator, and its answer is the call's.
+func DialAllocator(baseURLs string, opts ...SourceOption) (LeaseSource, error) {
+	bases, keys, err := parseMembers(baseURLs)
+	if err != nil {
+		return nil, err
 	}
 	var cfg sourceConfig
 	for _, o := range opts {
@@ -90,7 +124,7 @@ func DialAllocator(baseURL string, opts ...SourceOption) (LeaseSource, error) {
 	hc := cfg.client
 	if hc == nil {
 		p := new(http.Protocols)
-		if u.Scheme == "http" {
+		if strings.HasPrefix(keys[0], "http://") {
 			p.SetUnencryptedHTTP2(true) // h2c only: with HTTP/1 also set, Go would pick HTTP/1.1
 		} else {
 			p.SetHTTP2(true)
@@ -108,7 +142,17 @@ func DialAllocator(baseURL string, opts ...SourceOption) (LeaseSource, error) {
 	if cfg.protocol != nil {
 		topts = append(topts, cfg.protocol)
 	}
-	return leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, strings.TrimSuffix(baseURL, "/"), topts...))), nil
+	f := &follower{index: make(map[string]int, len(keys)), metrics: cfg.metrics, log: cfg.logger, leader: -1}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	for i, base := range bases {
+		f.members = append(f.members, member{url: keys[i],
+			client: leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, base, topts...)))})
+		f.index[keys[i]] = i
+	}
+	f.metrics.members(keys)
+	return f, nil
 }
 
 // bearer adds the Authorization header to every request.

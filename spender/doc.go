@@ -48,7 +48,10 @@
 // Clock until the machine next needs it. A Reserve whose lease cannot
 // cover its cost waits, on the Clock, for the allocator's answer or the
 // slow-path deadline (LeaseTuning), after which the fallback policy
-// decides. Close returns the unspent leases.
+// decides. Close returns the unspent leases. DialAllocator is the network
+// LeaseSource; given the members of an allocator cluster it sends each call
+// to the leader, following a member's NOT_LEADER answer with the same
+// request, and while no member leads the Limiter behaves as in an outage.
 //
 // # Several clusters
 //

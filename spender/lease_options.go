@@ -11,7 +11,7 @@ import (
 
 // LeaseSource is where a leased Limiter gets its budget: the allocator's
 // three calls, as the generated connect client and the allocator's own
-// service both provide them (see NewConnectSource for the network client;
+// service both provide them (see DialAllocator for the network client;
 // the allocator package's service value is the in-process one). Calls are
 // made one at a time, each carrying (spender id, epoch, sequence); a call
 // that failed is retried with the same sequence and body until it is

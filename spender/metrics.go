@@ -40,6 +40,18 @@ import (
 //	share_rate{dimension}          the refill rate this Limiter holds in shares,
 //	                               per minute, summed over keys (as of the last
 //	                               maintenance scan); 0 without shares
+//
+// Recorded by the LeaseSource of DialAllocator when it is given the same
+// Metrics with WithSourceMetrics:
+//
+//	leader_redirects_total{result}  NOT_LEADER answers that named a leader:
+//	                               followed (the attempt was sent there),
+//	                               outside (the URL is not a configured
+//	                               member; not followed), limit (the attempt
+//	                               had been redirected the most times already)
+//	allocator_leader{member}       1 for the configured member that answered
+//	                               last (the leader, for a cluster), 0 for the
+//	                               others; all 0 before any answer
 type Metrics struct {
 	admittedLocal, admittedSlow, admittedFallback, admittedAhead prometheus.Counter
 	rejectedLimited, rejectedOversize, rejectedClosed            prometheus.Counter
@@ -50,6 +62,8 @@ type Metrics struct {
 	usageRatio                                                   prometheus.Histogram
 	accruedRequests, accruedTokens                               prometheus.Counter
 	shareRequests, shareTokens                                   prometheus.Gauge
+	redirects                                                    *prometheus.CounterVec
+	leader                                                       *prometheus.GaugeVec
 }
 
 // NewMetrics creates the Limiter metrics and registers them on reg.
@@ -88,11 +102,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		accruedTokens:    accrued.WithLabelValues("tokens"),
 		shareRequests:    shareRate.WithLabelValues("requests"),
 		shareTokens:      shareRate.WithLabelValues("tokens"),
+		redirects: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "leader_redirects_total",
+			Help: "NOT_LEADER answers naming a leader, by result: followed, outside (not a configured member), limit (too many redirects in one attempt)."}, []string{"result"}),
+		leader: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "allocator_leader",
+			Help: "1 for the configured allocator member that answered last (the cluster's leader), 0 for the others."}, []string{"member"}),
 		usageRatio: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "usage_ratio",
 			Help:    "Actual tokens over reserved tokens at Settle (1 = the estimate was exact).",
 			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1, 1.1, 1.5, 2, 5}}),
 	}
-	for _, c := range []prometheus.Collector{admitted, rejected, returned, accrued, shareRate, m.calls, m.callSeconds, m.keysHeld, m.fallback, m.usageRatio} {
+	for _, c := range []prometheus.Collector{admitted, rejected, returned, accrued, shareRate, m.calls, m.callSeconds, m.keysHeld, m.fallback, m.usageRatio, m.redirects, m.leader} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("spender: registering metrics: %w", err)
 		}
@@ -232,4 +250,41 @@ func (m *Metrics) call(method string, err error, d time.Duration) {
 	if err == nil {
 		m.callSeconds.WithLabelValues(method).Observe(d.Seconds())
 	}
+}
+
+// redirectResult is what became of a NOT_LEADER answer naming a leader,
+// for leader_redirects_total.
+type redirectResult string
+
+const (
+	redirectFollowed redirectResult = "followed"
+	redirectOutside  redirectResult = "outside"
+	redirectLimit    redirectResult = "limit"
+)
+
+func (m *Metrics) redirect(r redirectResult) {
+	if m != nil {
+		m.redirects.WithLabelValues(string(r)).Inc()
+	}
+}
+
+// members shows every configured allocator member in allocator_leader, at
+// 0 until one answers.
+func (m *Metrics) members(urls []string) {
+	if m != nil {
+		for _, u := range urls {
+			m.leader.WithLabelValues(u).Set(0)
+		}
+	}
+}
+
+// setLeader moves allocator_leader's 1 from prev ("" for none) to leader.
+func (m *Metrics) setLeader(leader, prev string) {
+	if m == nil {
+		return
+	}
+	if prev != "" {
+		m.leader.WithLabelValues(prev).Set(0)
+	}
+	m.leader.WithLabelValues(leader).Set(1)
 }

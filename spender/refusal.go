@@ -51,6 +51,23 @@ func refusedEpoch(err error) (latest uint64, ok bool) {
 	return 0, false
 }
 
+// notLeader reads an Unavailable refusal from a cluster member that is
+// not the leader: ok when err carries ReasonNotLeader, with the leader's
+// base URL as the member gave it ("" while the member knows no leader).
+func notLeader(err error) (leader string, ok bool) {
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		return "", false
+	}
+	for _, m := range details(err) {
+		info, isInfo := m.(*errdetails.ErrorInfo)
+		if !isInfo || info.GetDomain() != ration.ErrorDomain || info.GetReason() != ration.ReasonNotLeader {
+			continue
+		}
+		return info.GetMetadata()[ration.MetaLeader], true
+	}
+	return "", false
+}
+
 // details decodes a connect error's details; undecodable ones are skipped.
 func details(err error) []any {
 	var ce *connect.Error

@@ -16,6 +16,7 @@ import (
 	"github.com/rationhq/ration/gateway"
 	"github.com/rationhq/ration/internal/envflag"
 	"github.com/rationhq/ration/internal/serverlimits"
+	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -41,7 +42,7 @@ type config struct {
 	upstream     string        // "" = the echo engine
 	tokenizer    string        // how prompts are counted: auto, tiktoken, engine or bytes (see tokenizers)
 	tokenize     string        // engine root whose /v1/tokenize counts prompts; "" = the echo engine's, if any
-	allocatorURL string        // "" = embedded allocator
+	allocatorURL string        // "" = embedded allocator; else one URL or a cluster's members, comma-separated
 	tokenFile    string        // bearer token for the remote allocator
 	leaseTTL     time.Duration // the embedded allocator's lease TTL
 	echoDelay    time.Duration // echo engine: wait per streamed token
@@ -89,7 +90,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.upstream, "upstream", "", "OpenAI-compatible engine to proxy to, e.g. http://127.0.0.1:8000 (vLLM), :8081 (llama.cpp), :11434 (Ollama); default: the built-in echo engine")
 	fs.StringVar(&c.tokenizer, "tokenizer", "auto", "how prompts are counted: auto (in-process tiktoken for OpenAI models, else the engine's /v1/tokenize, else bytes/4), tiktoken (in-process, else bytes/4), engine (/v1/tokenize, else bytes/4) or bytes (bytes/4)")
 	fs.StringVar(&c.tokenize, "tokenize", "", "engine root whose POST /v1/tokenize {model,text} counts prompt tokens (default: the echo engine; with -upstream, none: bytes/4)")
-	fs.StringVar(&c.allocatorURL, "allocator", "", "URL of a remote allocator (cmd/allocator), e.g. http://127.0.0.1:7450; default: an embedded one")
+	fs.StringVar(&c.allocatorURL, "allocator", "", "URL of a remote allocator (cmd/allocator), e.g. http://127.0.0.1:7450, or of every member of an allocator cluster, comma-separated, e.g. http://a:7450,http://b:7450,http://c:7450 (calls go to the leader; one scheme for all); default: an embedded one")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for -allocator (the first token in it)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 10*time.Second, "embedded allocator: lease time to live; enters the bound C + rate*(t + TTL)")
 	fs.DurationVar(&c.echoDelay, "echo-delay", 0, "echo engine: wait before each streamed token (e.g. 50ms, to watch streaming)")
@@ -143,6 +144,12 @@ func (c config) validate() error {
 	if c.spenderID != "" {
 		if err := ration.ValidSpenderID(spenderID(c.spenderID, c.instances-1)); err != nil {
 			return fmt.Errorf("-spender-id %q: %w (instance %d's id)", c.spenderID, err, c.instances)
+		}
+	}
+	if c.allocatorURL != "" {
+		// DialAllocator checks the URL list and connects to nothing.
+		if _, err := spender.DialAllocator(c.allocatorURL); err != nil {
+			return fmt.Errorf("-allocator: %w", err)
 		}
 	}
 	_, _, err := c.addrs()

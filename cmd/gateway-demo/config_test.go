@@ -53,6 +53,8 @@ func TestParseConfigRejects(t *testing.T) {
 		{[]string{"-instances", "65"}, nil, "-instances 65"},
 		{[]string{"-token-file", "t"}, nil, "-token-file is for -allocator"},
 		{[]string{"-allocator", "http://127.0.0.1:7450"}, nil, "needs -token-file"},
+		{[]string{"-allocator", "http://a:7450,ftp://b:7450", "-token-file", "t"}, nil, "-allocator"},
+		{[]string{"-allocator", "http://a:7450,https://b:7450", "-token-file", "t"}, nil, "same scheme"},
 		{[]string{"-listen", "nope"}, nil, "-listen"},
 		{[]string{"-listen", "127.0.0.1:65534"}, nil, "do not fit"},
 		{[]string{"-lease-ttl", "0s"}, nil, "-lease-ttl"},

@@ -255,7 +255,7 @@ func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, clock ration.
 			return nil, err
 		}
 	}
-	lim, err := newLimiter(i, spenderID(f.spenderID, i), f.source.src, clock, reg, f.log)
+	lim, err := newLimiter(i, spenderID(f.spenderID, i), f.source, clock, reg, f.log)
 	if err != nil {
 		return nil, err
 	}

@@ -19,13 +19,18 @@ import (
 )
 
 // newLimiter builds gateway instance i's Limiter, spending leases from
-// src: every instance then admits only what the allocator granted it
+// source: every instance then admits only what the allocator granted it
 // out of each key's global budget. Its metrics go to reg (the instance's
-// /metrics). Its spender id is id, unique among every spender of the
-// allocator (see spenderID). This is the one place that decides how
-// instances limit.
-func newLimiter(i int, id string, src spender.LeaseSource, clock ration.Clock, reg prometheus.Registerer, log *slog.Logger) (*spender.Limiter, error) {
+// /metrics), with, for a remote allocator, the leader its client follows.
+// Its spender id is id, unique among every spender of the allocator (see
+// spenderID). This is the one place that decides how instances limit.
+func newLimiter(i int, id string, source *leaseSource, clock ration.Clock, reg prometheus.Registerer, log *slog.Logger) (*spender.Limiter, error) {
 	m, err := spender.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	log = log.With("instance", i+1, "spender", id)
+	src, err := source.forInstance(m, log)
 	if err != nil {
 		return nil, err
 	}
@@ -33,7 +38,7 @@ func newLimiter(i int, id string, src spender.LeaseSource, clock ration.Clock, r
 		spender.WithLeases(src),
 		spender.WithSpenderID(id),
 		spender.WithMetrics(m),
-		spender.WithLogger(log.With("instance", i+1, "spender", id)),
+		spender.WithLogger(log),
 	)
 }
 
@@ -43,6 +48,20 @@ type leaseSource struct {
 	ledger *allocator.Ledger // the embedded allocator's; nil for a remote one
 	desc   string            // for the banner
 	close  func() error      // closes the embedded ledger; nil for a remote one
+	// dial makes another client of the remote allocator (nil for the
+	// embedded one), so that each instance has its own, as separate
+	// gateways would, and records the leader it follows in its metrics.
+	dial func(...spender.SourceOption) (spender.LeaseSource, error)
+}
+
+// forInstance is the LeaseSource of one instance, whose metrics are m:
+// the embedded allocator's service, shared; or a client of the remote
+// allocator of its own, recording its leader redirects into m.
+func (s *leaseSource) forInstance(m *spender.Metrics, log *slog.Logger) (spender.LeaseSource, error) {
+	if s.dial == nil {
+		return s.src, nil
+	}
+	return s.dial(spender.WithSourceMetrics(m), spender.WithSourceLogger(log))
 }
 
 // openLeaseSource opens the embedded allocator (a bbolt ledger in
@@ -108,13 +127,20 @@ func (s *leaseSource) checkToken(ctx context.Context, prefix string, cfg config,
 	return nil
 }
 
-// remoteSource is a client of cmd/allocator at cfg.allocatorURL (h2c for
-// http://, HTTP/2 over TLS for https://), authenticated with the first
-// token of cfg.tokenFile.
+// remoteSource is a client of cmd/allocator at cfg.allocatorURL, one URL
+// or a cluster's members comma-separated (h2c for http://, HTTP/2 over TLS
+// for https://), authenticated with the first token of cfg.tokenFile.
 func remoteSource(cfg config) (*leaseSource, error) {
-	src, err := spender.DialAllocator(cfg.allocatorURL, spender.WithTokenFile(cfg.tokenFile))
-	if err != nil {
-		return nil, fmt.Errorf("-allocator: %w", err)
+	dial := func(opts ...spender.SourceOption) (spender.LeaseSource, error) {
+		src, err := spender.DialAllocator(cfg.allocatorURL, append([]spender.SourceOption{spender.WithTokenFile(cfg.tokenFile)}, opts...)...)
+		if err != nil {
+			return nil, fmt.Errorf("-allocator: %w", err)
+		}
+		return src, nil
 	}
-	return &leaseSource{src: src, desc: "remote, " + cfg.allocatorURL}, nil
+	src, err := dial()
+	if err != nil {
+		return nil, err
+	}
+	return &leaseSource{src: src, dial: dial, desc: "remote, " + cfg.allocatorURL}, nil
 }
