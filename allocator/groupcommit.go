@@ -43,41 +43,46 @@ func newGroupCommit(linger time.Duration, flush func() (uint64, error)) *groupCo
 }
 
 // wait returns once every position up to target is committed, or with
-// the error of the flush this call ran. A commit cannot be abandoned
+// the error of a flush this call ran. A flush may cover less than was
+// queued (the cluster path bounds an entry), so the caller that flushed
+// goes on until its own position is covered. A commit cannot be abandoned
 // halfway, so there is no context.
 func (g *groupCommit) wait(target uint64) error {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.arrived++
-	for g.done < target && g.committing {
-		g.cond.Wait()
-	}
-	if g.done >= target {
+	for {
+		for g.done < target && g.committing {
+			g.cond.Wait()
+		}
+		if g.done >= target {
+			return nil
+		}
+		g.committing = true
+		last := g.lastBatch
 		g.mu.Unlock()
-		return nil
-	}
-	g.committing = true
-	last := g.lastBatch
-	g.mu.Unlock()
 
-	// Under concurrent load, linger so that more calls share the commit; a
-	// lone caller commits at once.
-	if g.linger > 0 && last > 1 {
-		g.lingerFor(g.linger, last)
-	}
-	g.mu.Lock()
-	g.lastBatch, g.arrived = g.arrived, 0
-	g.mu.Unlock()
+		// Under concurrent load, linger so that more calls share the
+		// commit; a lone caller commits at once.
+		if g.linger > 0 && last > 1 {
+			g.lingerFor(g.linger, last)
+		}
+		g.mu.Lock()
+		g.lastBatch, g.arrived = g.arrived, 0
+		g.mu.Unlock()
 
-	end, err := g.flush()
+		end, err := g.flush()
 
-	g.mu.Lock()
-	g.committing = false
-	if err == nil {
-		g.done = max(g.done, end)
+		g.mu.Lock()
+		g.committing = false
+		if err == nil {
+			g.done = max(g.done, end)
+		}
+		g.cond.Broadcast()
+		if err != nil {
+			return err
+		}
 	}
-	g.cond.Broadcast()
-	g.mu.Unlock()
-	return err
 }
 
 // lingerStep is the step of a commit's linger.

@@ -247,6 +247,14 @@ func (f *FSM) StateSnapshot() (state []byte, index uint64) {
 	return f.state.Snapshot(), f.index.Load()
 }
 
+// Stats returns the state's counts (ledger.State.Stats; it walks every
+// key, so call it at scrape rate). It waits for an Apply in progress.
+func (f *FSM) Stats() ledger.Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state.Stats()
+}
+
 // AppliedIndex returns the last log index the FSM has applied or
 // restored. It does not wait for an Apply in progress.
 func (f *FSM) AppliedIndex() uint64 { return f.index.Load() }
