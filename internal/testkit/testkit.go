@@ -1,8 +1,9 @@
 // Package testkit holds the test scaffolding several packages share: an
 // HTTP server on a loopback port that speaks HTTP/2 without TLS (h2c), as
 // cmd/allocator does, a client for it, a log buffer safe for concurrent
-// writes, a Limiter constructor that fails the test on an error, and a
-// keys file writer. It is for tests only.
+// writes, a Limiter constructor that fails the test on an error, a keys
+// file writer, and a test certificate authority (TLSFiles). It is for
+// tests only.
 package testkit
 
 import (
