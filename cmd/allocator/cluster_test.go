@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -258,4 +259,62 @@ func TestMemberReadinessAndMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
+}
+
+// TestMembersAuthenticatePeers: two members with the same token, over
+// mutual TLS (-tls-cert, -cluster-ca), form a cluster and serve; two
+// whose token files differ refuse each other's raft connections, count
+// and log them, and never elect.
+func TestMembersAuthenticatePeers(t *testing.T) {
+	two := func() string {
+		p := freePorts(t, 4)
+		return fmt.Sprintf("a=127.0.0.1:%d=https://127.0.0.1:%d,b=127.0.0.1:%d=https://127.0.0.1:%d", p[0], p[1], p[2], p[3])
+	}
+	t.Run("mutual TLS", func(t *testing.T) {
+		f := testkit.NewTLSFiles(t)
+		peers := two()
+		var members []*testServer
+		for _, id := range []string{"a", "b"} {
+			cfg := testConfig(t, "-tls-cert", f.Cert, "-tls-key", f.Key, "-cluster-ca", f.CA,
+				"-cluster-id", id, "-cluster-peers", peers, "-cluster-bootstrap", "-cluster-election-timeout", "100ms")
+			members = append(members, startServerUnready(t, cfg))
+		}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.Pool}}}
+		for _, m := range members {
+			waitReady(t, "https://"+m.addr, hc)
+			if strings.Contains(m.log.String(), "refused a peer connection") {
+				t.Fatalf("a peer was refused:\n%s", m.log.String())
+			}
+		}
+	})
+	t.Run("different tokens", func(t *testing.T) {
+		peers := two()
+		var members []*testServer
+		for _, id := range []string{"a", "b"} {
+			cfg := testConfig(t, "-cluster-id", id, "-cluster-peers", peers, "-cluster-bootstrap", "-cluster-election-timeout", "100ms")
+			if id == "b" {
+				other := filepath.Join(t.TempDir(), "tokens")
+				if err := os.WriteFile(other, []byte("another-cluster\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				cfg.tokenFile = other
+			}
+			members = append(members, startServerUnready(t, cfg))
+		}
+		for _, m := range members {
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				_, body := getBody(t, "http://"+m.addr+"/metrics")
+				if strings.Contains(m.log.String(), "cluster: refused a peer connection") &&
+					!strings.Contains(body, `ration_allocator_raft_peer_refused_total{direction="in"} 0`) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no refusal counted and logged in 10 s:\n%s", m.log.String())
+				}
+			}
+			if code, body := getBody(t, "http://"+m.addr+"/readyz"); code != http.StatusServiceUnavailable {
+				t.Fatalf("/readyz %d %q with its only peer refused", code, body)
+			}
+		}
+	})
 }
