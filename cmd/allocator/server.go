@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -125,6 +126,20 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	var adminAPI atomic.Pointer[http.Handler] // a cluster member's, once open
+	if cfg.cluster.on() {
+		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if a := adminAPI.Load(); a != nil {
+				(*a).ServeHTTP(w, r)
+				return
+			}
+			http.Error(w, "allocator: not ready", http.StatusServiceUnavailable)
+		})
+		if !cfg.noAuth {
+			h = allocator.RequireBearer(tokens, log, h)
+		}
+		mux.Handle("/admin/", h)
+	}
 
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
@@ -191,6 +206,8 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	}
 	if nd := led.Node(); nd != nil {
 		node.Store(nd)
+		a := adminHandler(nd, cfg.cluster.peers.urls(), log)
+		adminAPI.Store(&a)
 	}
 	g.svc.Store(allocator.NewService(led, allocator.WithMetrics(metrics), allocator.WithServiceLogger(log)))
 	ready.Store(true)
@@ -233,14 +250,16 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 // maxCallBytes caps one call's request body; a lease call is a few KiB.
 const maxCallBytes = 16 << 20
 
-// wholeBody reads each request's body before h sees it, as it arrives
+// wholeBody reads each lease call's body before h sees it, as it arrives
 // (never sized from Content-Length) and up to maxCallBytes, so that a body
 // slower than -read-timeout is answered 408 and the connection closed,
 // where the RPC layer would answer 504 as if the allocator were late; a
 // larger one is 413.
 func wholeBody(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil || r.Body == http.NoBody {
+		if r.Body == nil || r.Body == http.NoBody || strings.HasPrefix(r.URL.Path, "/admin/") {
+			// A backup to restore may be larger than any call: the
+			// admin API bounds its own bodies.
 			h.ServeHTTP(w, r)
 			return
 		}
