@@ -367,26 +367,57 @@ func nonce() []byte {
 	return b
 }
 
-func (s *StreamLayer) serverHandshake(raw net.Conn) (net.Conn, error) {
+// start sets raw's deadline for the handshake and wraps it in TLS when
+// configured (conf; host is the name a client verifies).
+func (s *StreamLayer) start(raw net.Conn, conf *tls.Config, server bool, host string) (net.Conn, []byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	raw.SetDeadline(time.Now().Add(s.timeout))
-	c, binding, err := secure(ctx, raw, s.serverTLS, true, "")
+	return secure(ctx, raw, conf, server, host)
+}
+
+// head is a hello or a challenge's head: magic, mode, nonce.
+func (s *StreamLayer) head(nonce []byte) []byte {
+	return append(append([]byte(handshakeMagic), s.mode()), nonce...)
+}
+
+// readHead reads the peer's head (what: "hello" or "challenge"), checks
+// its magic and mode, and returns its nonce.
+func (s *StreamLayer) readHead(c net.Conn, what string) ([]byte, error) {
+	h := make([]byte, len(handshakeMagic)+1+nonceLen)
+	if _, err := io.ReadFull(c, h); err != nil {
+		return nil, fmt.Errorf("%w: reading the %s (closed early: another mode, or not a ration raft peer?): %w", ErrPeerRefused, what, err)
+	}
+	if !bytes.Equal(h[:len(handshakeMagic)], []byte(handshakeMagic)) {
+		return nil, fmt.Errorf("%w: not a ration raft peer (bad magic)", ErrPeerRefused)
+	}
+	if m := h[len(handshakeMagic)]; m != s.mode() {
+		return nil, fmt.Errorf("%w: peer authentication mode %d, this member's %d (a cluster token on one side only?)", ErrPeerRefused, m, s.mode())
+	}
+	return h[len(handshakeMagic)+1:], nil
+}
+
+// readProof reads the peer's proof and reports whether it proves one of
+// s's tokens in role.
+func (s *StreamLayer) readProof(c net.Conn, role string, nc, ns, binding []byte) (bool, error) {
+	p := make([]byte, proofLen)
+	if _, err := io.ReadFull(c, p); err != nil {
+		return false, fmt.Errorf("%w: reading the %s's proof: %w", ErrPeerRefused, role, err)
+	}
+	return s.proves(p, role, nc, ns, binding), nil
+}
+
+func (s *StreamLayer) serverHandshake(raw net.Conn) (net.Conn, error) {
+	c, binding, err := s.start(raw, s.serverTLS, true, "")
 	if err != nil {
 		return nil, err
 	}
-	hello := make([]byte, len(handshakeMagic)+1+nonceLen)
-	if _, err := io.ReadFull(c, hello); err != nil {
-		return nil, fmt.Errorf("%w: reading the hello: %w", ErrPeerRefused, err)
+	nc, err := s.readHead(c, "hello")
+	if err != nil {
+		return nil, err
 	}
-	if !bytes.Equal(hello[:len(handshakeMagic)], []byte(handshakeMagic)) {
-		return nil, fmt.Errorf("%w: not a ration raft peer (bad magic)", ErrPeerRefused)
-	}
-	if m := hello[len(handshakeMagic)]; m != s.mode() {
-		return nil, fmt.Errorf("%w: peer authentication mode %d, this member's %d (a cluster token on one side only?)", ErrPeerRefused, m, s.mode())
-	}
-	nc, ns := hello[len(handshakeMagic)+1:], nonce()
-	reply := append(append([]byte(handshakeMagic), s.mode()), ns...)
+	ns := nonce()
+	reply := s.head(ns)
 	if s.mode() == 1 {
 		reply = append(reply, proof(s.tokens[0], "server", nc, ns, binding)...)
 	}
@@ -396,11 +427,11 @@ func (s *StreamLayer) serverHandshake(raw net.Conn) (net.Conn, error) {
 	verdict := byte('Y')
 	var refusal error
 	if s.mode() == 1 {
-		p := make([]byte, proofLen)
-		if _, err := io.ReadFull(c, p); err != nil {
-			return nil, fmt.Errorf("%w: reading the proof: %w", ErrPeerRefused, err)
+		ok, err := s.readProof(c, "client", nc, ns, binding)
+		if err != nil {
+			return nil, err
 		}
-		if !s.proves(p, "client", nc, ns, binding) {
+		if !ok {
 			verdict, refusal = 'N', fmt.Errorf("%w: the peer proved no accepted cluster token", ErrPeerRefused)
 		}
 	}
@@ -415,38 +446,28 @@ func (s *StreamLayer) serverHandshake(raw net.Conn) (net.Conn, error) {
 }
 
 func (s *StreamLayer) clientHandshake(raw net.Conn, address string) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	raw.SetDeadline(time.Now().Add(s.timeout))
 	host, _, err := net.SplitHostPort(address)
 	if err != nil {
 		host = address
 	}
-	c, binding, err := secure(ctx, raw, s.clientTLS, false, host)
+	c, binding, err := s.start(raw, s.clientTLS, false, host)
 	if err != nil {
 		return nil, err
 	}
 	nc := nonce()
-	if _, err := c.Write(append(append([]byte(handshakeMagic), s.mode()), nc...)); err != nil {
+	if _, err := c.Write(s.head(nc)); err != nil {
 		return nil, fmt.Errorf("%w: writing the hello: %w", ErrPeerRefused, err)
 	}
-	head := make([]byte, len(handshakeMagic)+1+nonceLen)
-	if _, err := io.ReadFull(c, head); err != nil {
-		return nil, fmt.Errorf("%w: reading the challenge (the peer closed the connection: another mode, or not a ration raft peer?): %w", ErrPeerRefused, err)
+	ns, err := s.readHead(c, "challenge")
+	if err != nil {
+		return nil, err
 	}
-	if !bytes.Equal(head[:len(handshakeMagic)], []byte(handshakeMagic)) {
-		return nil, fmt.Errorf("%w: not a ration raft peer (bad magic)", ErrPeerRefused)
-	}
-	if m := head[len(handshakeMagic)]; m != s.mode() {
-		return nil, fmt.Errorf("%w: peer authentication mode %d, this member's %d (a cluster token on one side only?)", ErrPeerRefused, m, s.mode())
-	}
-	ns := head[len(handshakeMagic)+1:]
 	if s.mode() == 1 {
-		p := make([]byte, proofLen)
-		if _, err := io.ReadFull(c, p); err != nil {
-			return nil, fmt.Errorf("%w: reading the peer's proof: %w", ErrPeerRefused, err)
+		ok, err := s.readProof(c, "server", nc, ns, binding)
+		if err != nil {
+			return nil, err
 		}
-		if !s.proves(p, "server", nc, ns, binding) {
+		if !ok {
 			return nil, fmt.Errorf("%w: the peer at %s proved no accepted cluster token", ErrPeerRefused, address)
 		}
 		if _, err := c.Write(proof(s.tokens[0], "client", nc, ns, binding)); err != nil {

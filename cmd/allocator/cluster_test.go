@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -207,16 +206,12 @@ func TestClusterOfProcesses(t *testing.T) {
 // getBody returns the status and body of GET url.
 func getBody(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	resp, body := testkit.Do(t, req)
+	return resp.StatusCode, body
 }
 
 // TestMemberReadinessAndMetrics: a member's /readyz follows Node.Ready
