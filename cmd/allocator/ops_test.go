@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -80,9 +81,16 @@ func TestOperations(t *testing.T) {
 		t.Fatalf("add: %q %v", out, err)
 	}
 	waitReady(t, url(2), http.DefaultClient)
-	out, err := op(t, tokens, "cluster", "members", "-addr", url(2))
-	if err != nil || strings.Count(out, "\tvoter") != 3 || !strings.Contains(out, "c\t127.0.0.1:") {
-		t.Fatalf("members after add: %q %v", out, err)
+	// c lists itself once the configuration entry reaches it (it may know
+	// the leader from a heartbeat first).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		out, err := op(t, tokens, "cluster", "members", "-addr", url(2))
+		if err == nil && strings.Count(out, "\tvoter") == 3 && strings.Contains(out, "c\t127.0.0.1:") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members after add: %q %v", out, err)
+		}
 	}
 
 	// A grant, then a backup of it through the follower.
