@@ -13,7 +13,10 @@ package ration
 //     an ErrorInfo whose Reason is ReasonNotLeader and whose metadata
 //     MetaLeader is the leader's lease API base URL (absent while the
 //     member knows no leader). Nothing was applied: the spender sends the
-//     same call (same epoch, sequence and body) to the leader.
+//     same call (same epoch, sequence and body) to the leader. (A member
+//     that lost its leadership with the call in flight answers the same
+//     way; the call may then have been applied, and the same call sent to
+//     the leader gets its stored reply.)
 const (
 	ErrorDomain = "lease.ration.dev"
 

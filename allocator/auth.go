@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 
@@ -21,23 +22,57 @@ import (
 // 1st, 2nd, 4th, 8th... and every 1000th with the running count, so that a
 // gateway with the wrong token shows up here without flooding the log.
 func BearerAuth(tokens []string, log *slog.Logger) connect.ServerInterceptor {
-	sums := make([][32]byte, len(tokens))
-	for i, t := range tokens {
-		sums[i] = sha256.Sum256([]byte(t))
-	}
-	var refused atomic.Uint64
+	b := newBearer(tokens, log)
 	return func(next connect.ServerFunc) connect.ServerFunc {
 		return func(ctx context.Context, spec connect.Spec, stream connect.ServerStream) error {
 			info, ok := connect.CallInfoForServerContext(ctx)
-			if !ok || !authorized(info.RequestHeader().Get("Authorization"), sums) {
-				if n := refused.Add(1); log != nil && (n&(n-1) == 0 || n%1000 == 0) {
-					log.Warn("allocator: refused a call without a valid bearer token", "procedure", spec.Procedure, "refused_total", n)
-				}
+			if !ok || !b.admit(info.RequestHeader().Get("Authorization"), spec.Procedure) {
 				return connect.NewError(connect.CodeUnauthenticated, "allocator: missing or invalid bearer token")
 			}
 			return next(ctx, spec, stream)
 		}
 	}
+}
+
+// RequireBearer is BearerAuth for a plain HTTP handler: a request without
+// a valid bearer token is answered 401, and logged the same way.
+func RequireBearer(tokens []string, log *slog.Logger, h http.Handler) http.Handler {
+	b := newBearer(tokens, log)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !b.admit(r.Header.Get("Authorization"), r.Method+" "+r.URL.Path) {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			http.Error(w, "allocator: missing or invalid bearer token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// bearer checks bearer tokens and logs refusals at a sampled rate.
+type bearer struct {
+	sums    [][32]byte
+	log     *slog.Logger
+	refused atomic.Uint64
+}
+
+func newBearer(tokens []string, log *slog.Logger) *bearer {
+	b := &bearer{sums: make([][32]byte, len(tokens)), log: log}
+	for i, t := range tokens {
+		b.sums[i] = sha256.Sum256([]byte(t))
+	}
+	return b
+}
+
+// admit reports whether header carries one of the tokens, and logs a
+// refusal of what (a procedure or a path).
+func (b *bearer) admit(header, what string) bool {
+	if authorized(header, b.sums) {
+		return true
+	}
+	if n := b.refused.Add(1); b.log != nil && (n&(n-1) == 0 || n%1000 == 0) {
+		b.log.Warn("allocator: refused a call without a valid bearer token", "procedure", what, "refused_total", n)
+	}
+	return false
 }
 
 func authorized(header string, sums [][32]byte) bool {

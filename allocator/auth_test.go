@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -44,4 +45,30 @@ func (w wrongToken) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer wrong")
 	return w.next.RoundTrip(r)
+}
+
+// TestRequireBearer: a plain HTTP handler behind the tokens answers 401
+// without one of them (sampled in the log as BearerAuth's refusals), and
+// runs with either token.
+func TestRequireBearer(t *testing.T) {
+	var logs testkit.SyncBuffer
+	h := RequireBearer([]string{"tok", "other"}, slog.New(slog.NewTextHandler(&logs, nil)),
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("in")) }))
+	for _, tc := range []struct {
+		header string
+		code   int
+	}{{"", 401}, {"Bearer wrong", 401}, {"Basic tok", 401}, {"Bearer tok", 200}, {"bearer other", 200}, {"Bearer tok ", 401}} {
+		r, _ := http.NewRequest("GET", "/admin/cluster", nil)
+		if tc.header != "" {
+			r.Header.Set("Authorization", tc.header)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.code || (tc.code == 200) != (w.Body.String() == "in") {
+			t.Errorf("Authorization %q: %d %q, want %d", tc.header, w.Code, w.Body.String(), tc.code)
+		}
+	}
+	if n := strings.Count(logs.String(), `procedure="GET /admin/cluster"`); n != 3 {
+		t.Fatalf("%d refusals logged of 4, want 3 (the 1st, 2nd and 4th):\n%s", n, logs.String())
+	}
 }

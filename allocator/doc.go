@@ -10,7 +10,9 @@
 // mutex, applying each call at the clock's now, and, when opened with
 // [Open], a bbolt store that persists the records each call changed
 // (journal, group commit, checkpoints, recovery) before the call is
-// answered. [Service] adapts a Ledger to the connect LeaseService
+// answered; when made with [NewReplicated], it is one member of a raft
+// cluster (package cluster) whose leader applies each call through the
+// replicated log. [Service] adapts a Ledger to the connect LeaseService
 // (Connect, gRPC and gRPC-Web) and is also the in-process entry point: it
 // implements leasev1connect.LeaseServiceHandler, whose method set is the
 // same as the generated client's, so a spender can be handed either.
@@ -34,6 +36,14 @@
 //     covering it has been synced; what is on disk is always the state
 //     after a prefix of the applied calls, so after kill -9 the ledger
 //     resumes exactly. A record it cannot decode or validate starts empty.
+//   - A replicated Ledger ([NewReplicated]) answers a call only after the
+//     log entry holding it is committed by a majority of the cluster and
+//     applied on the member, so a granted lease survives the loss of any
+//     minority of members. Only the leader applies calls; another member
+//     answers a *[NotLeaderError] naming the leader's API URL, having
+//     applied nothing. A call whose outcome the leader could not learn
+//     ([ErrOutcomeUnknown]) is retried, the same call, at the new leader:
+//     the exactly-once records are replicated, so it is applied once.
 //   - Bad input is rejected with an *[InputError] naming the field, before
 //     anything changes.
 //

@@ -3,6 +3,7 @@ package allocator
 import (
 	"errors"
 
+	"github.com/rationhq/ration/allocator/cluster"
 	"github.com/rationhq/ration/allocator/ledger"
 )
 
@@ -29,4 +30,52 @@ var (
 	// effects. The effects stay in memory and are committed with a later
 	// call; a retry of the same call is answered only once they are durable.
 	ErrNotDurable = errors.New("allocator: store commit failed")
+
+	// ErrNotLeader is wrapped by a *NotLeaderError: a replicated Ledger
+	// that is not its cluster's leader applies no call.
+	ErrNotLeader = cluster.ErrNotLeader
+
+	// ErrOutcomeUnknown: a replicated Ledger proposed the call but could
+	// not learn whether it was committed (it lost its leadership, or shut
+	// down, with the call in flight). It may yet be applied. Retry the same
+	// call (same spender, epoch, sequence and body) at the leader: the
+	// exactly-once record answers it from the stored reply if it was
+	// applied, and it is applied once otherwise.
+	ErrOutcomeUnknown = cluster.ErrOutcomeUnknown
 )
+
+// NotLeaderError is a replicated Ledger's answer on a member that is not
+// the leader. Nothing was applied unless Unknown is set. It wraps
+// ErrNotLeader, and ErrOutcomeUnknown when Unknown is set.
+type NotLeaderError struct {
+	// Leader is the leader's lease API base URL, "" while this member
+	// knows no leader (or has no URL for it).
+	Leader string
+	// Unknown reports that this member was the leader when it proposed
+	// the call and lost its leadership before learning the outcome: the
+	// call may yet be applied (see ErrOutcomeUnknown).
+	Unknown bool
+}
+
+// Error returns "allocator: not the leader (leader at <url>)", saying when
+// the outcome is unknown.
+func (e *NotLeaderError) Error() string {
+	s := "allocator: not the leader"
+	if e.Leader != "" {
+		s += " (leader at " + e.Leader + ")"
+	} else {
+		s += " (leader unknown)"
+	}
+	if e.Unknown {
+		s += "; leadership lost with the call in flight, which may still be applied"
+	}
+	return s
+}
+
+// Unwrap returns ErrNotLeader, and ErrOutcomeUnknown when Unknown is set.
+func (e *NotLeaderError) Unwrap() []error {
+	if e.Unknown {
+		return []error{ErrNotLeader, ErrOutcomeUnknown}
+	}
+	return []error{ErrNotLeader}
+}

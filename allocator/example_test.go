@@ -6,8 +6,11 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/allocator/cluster"
 	"github.com/rationhq/ration/internal/fakeclock"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
@@ -61,4 +64,39 @@ func ExampleLedger_Acquire_retry() {
 	// Output:
 	// 100 true 500
 	// allocator: spender "gw-1" epoch 1 sequence 6: stale sequence
+}
+
+// A cluster member: here a cluster of one, in memory. The member is
+// bootstrapped, elects itself, and applies calls through the raft log; in
+// a cluster of three, a follower would answer a *NotLeaderError naming
+// the leader's API URL from APIURLs.
+func ExampleNewReplicated() {
+	clk := fakeclock.New()
+	clk.Set(time.Unix(1_800_000_000, 0))
+	addr, trans := raft.NewInmemTransport("")
+	led, err := allocator.NewReplicated(allocator.ClusterConfig{
+		ID: "a", Transport: trans,
+		APIURLs: map[raft.ServerID]string{"a": "http://127.0.0.1:7450"},
+		Node: []cluster.Option{cluster.WithRaftConfig(func(c *raft.Config) {
+			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+		})},
+	}, allocator.WithClock(clk))
+	if err != nil {
+		panic(err)
+	}
+	defer led.Close()
+	if err := led.Node().Bootstrap(raft.Server{ID: "a", Address: addr}); err != nil {
+		panic(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); led.Node().Ready() != nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // the election
+	}
+	r, err := led.Acquire(context.Background(), allocator.Caller{SpenderID: "gw-1", Epoch: 1, Sequence: 1},
+		[]allocator.AcquireKey{{Key: "key-a", Limits: ration.Limits{TPM: 600}, Want: ration.Amount{Tokens: 100}}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Keys[0].Granted.Tokens, led.Stats().Keys)
+	// Output:
+	// 100 1
 }

@@ -16,20 +16,35 @@ import (
 // optional durable store: a call takes the mutex, applies its command at
 // the clock's now, hands the records it changed to the store's group
 // commit, releases the mutex, and answers once those records are durable.
-// The connect Service and in-process callers share it. A Ledger is safe
-// for concurrent use.
+// A replicated Ledger (NewReplicated) instead applies each call through
+// the raft log of a cluster, on the leader (see NewReplicated). The
+// connect Service and in-process callers share it. A Ledger is safe for
+// concurrent use.
 type Ledger struct {
 	cfg config
 
 	mu     sync.Mutex // guards state and closed
 	state  *ledger.State
 	closed bool
-	st     *store // nil: memory only
+	st     *store      // nil: memory only
+	rep    *replicated // non-nil: a cluster member (NewReplicated); state and st are unused
 }
 
 // New returns a memory-only Ledger: nothing survives the process. Use Open
-// for a durable one.
+// for a durable one, NewReplicated for a cluster member.
 func New(opts ...Option) (*Ledger, error) {
+	l, err := configured(opts)
+	if err != nil {
+		return nil, err
+	}
+	if l.state, err = ledger.New(l.cfg.ledgerConfig()); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// configured returns a Ledger configured by opts, without its state.
+func configured(opts []Option) (*Ledger, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -37,11 +52,7 @@ func New(opts ...Option) (*Ledger, error) {
 	if cfg.policy == nil {
 		return nil, fmt.Errorf("allocator: nil policy")
 	}
-	state, err := ledger.New(ledger.Config{TTL: cfg.ttl, Strict: cfg.strict, Policy: cfg.policy, SharePolicy: cfg.sharePolicy, Retention: cfg.retention})
-	if err != nil {
-		return nil, err
-	}
-	return &Ledger{cfg: cfg, state: state}, nil
+	return &Ledger{cfg: cfg}, nil
 }
 
 // TTL returns the lease time to live.
@@ -60,6 +71,10 @@ func (l *Ledger) apply(cmd func(now bucket.Instant) ledger.Command) (any, error)
 	if l.closed {
 		l.mu.Unlock()
 		return nil, ErrClosed
+	}
+	if l.rep != nil {
+		l.mu.Unlock()
+		return l.rep.apply(cmd)
 	}
 	c := cmd(l.now())
 	reply, changed, err := l.state.Apply(c)
@@ -97,7 +112,8 @@ func (l *Ledger) apply(cmd func(now bucket.Instant) ledger.Command) (any, error)
 //
 // It returns an error wrapping ErrInvalidArgument (nothing changed),
 // ErrStaleEpoch, ErrStaleSequence, ErrSequenceReused, ErrEpochReleased,
-// ErrClosed, or ErrNotDurable (applied in memory, not yet committed).
+// ErrClosed, or ErrNotDurable (applied in memory, not yet committed); a
+// replicated Ledger also a *NotLeaderError or ErrOutcomeUnknown.
 func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*AcquireReply, error) {
 	r, err := l.acquire(c, keys)
 	if err != nil {
@@ -161,13 +177,17 @@ func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
 // Stats returns current counts. It walks every key: call it at scrape
 // rate, not per request.
 func (l *Ledger) Stats() Stats {
+	if l.rep != nil {
+		return l.rep.node.FSM().Stats()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state.Stats()
 }
 
 // Close stops the ledger: later calls get ErrClosed. A durable ledger
-// waits for commits in progress and closes its store.
+// waits for commits in progress and closes its store; a replicated one
+// shuts its node down (calls in flight get ErrOutcomeUnknown).
 func (l *Ledger) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -176,6 +196,9 @@ func (l *Ledger) Close() error {
 	}
 	l.closed = true
 	l.mu.Unlock()
+	if l.rep != nil {
+		return l.rep.node.Shutdown()
+	}
 	if l.st != nil {
 		return l.st.close()
 	}

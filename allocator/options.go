@@ -30,6 +30,12 @@ type config struct {
 	applied        func(cmd ledger.Command, reply any, changed []byte, err error) // tests: every command, under the mutex
 }
 
+// ledgerConfig is the state machine's configuration: the same on every
+// member of a cluster.
+func (c config) ledgerConfig() ledger.Config {
+	return ledger.Config{TTL: c.ttl, Strict: c.strict, Policy: c.policy, SharePolicy: c.sharePolicy, Retention: c.retention}
+}
+
 func defaultConfig() config {
 	return config{
 		clock:     ration.SystemClock{},

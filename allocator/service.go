@@ -96,7 +96,11 @@ func (s *Service) Release(ctx context.Context, req *leasev1.ReleaseRequest) (*le
 
 func (s *Service) fail(method string, start time.Time, err error) error {
 	ce := codeOf(err)
-	if ce.Code() == connect.CodeInternal || ce.Code() == connect.CodeUnavailable {
+	switch {
+	case errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrOutcomeUnknown):
+		// A follower's normal answer: the spender goes to the leader.
+		s.log.Debug("allocator: not the leader", "method", method, "err", err)
+	case ce.Code() == connect.CodeInternal || ce.Code() == connect.CodeUnavailable:
 		s.log.Error("allocator: call failed", "method", method, "err", err)
 	}
 	s.m.call(method, start, ce)
@@ -112,12 +116,16 @@ func (s *Service) fail(method string, start time.Time, err error) error {
 //	ErrInvalidArgument (an *InputError)    InvalidArgument    "allocator: keys[3].want.tokens: ..."
 //	ErrStaleSequence, ErrSequenceReused,
 //	ErrStaleEpoch, ErrEpochReleased        FailedPrecondition  names spender, epoch, sequence
+//	*NotLeaderError (a cluster member
+//	that is not the leader)                Unavailable         ErrorInfo NOT_LEADER, metadata leader = its API URL (when known)
+//	ErrOutcomeUnknown                      Unavailable         retry the same call
 //	ErrClosed, ErrNotDurable               Unavailable         retry the same call
 //	context.Canceled / DeadlineExceeded    Canceled / DeadlineExceeded
 //	anything else                          Internal            "allocator: internal error"
 func codeOf(err error) *connect.Error {
 	var ce *connect.Error
 	var ie *InputError
+	var nle *NotLeaderError
 	switch {
 	case errors.As(err, &ce):
 		return ce
@@ -129,6 +137,16 @@ func codeOf(err error) *connect.Error {
 		return withDetail(connect.NewError(connect.CodeFailedPrecondition, err.Error()).WithCause(err), refusal(err))
 	case errors.Is(err, ErrInvalidArgument):
 		return connect.NewError(connect.CodeInvalidArgument, err.Error()).WithCause(err)
+	case errors.As(err, &nle):
+		msg := "allocator: not the leader; send the same call to the leader"
+		if nle.Unknown {
+			msg = "allocator: leadership lost with the call in flight; send the same call to the leader"
+		}
+		return withDetail(connect.NewError(connect.CodeUnavailable, msg).WithCause(err), notLeader(nle.Leader))
+	case errors.Is(err, ErrOutcomeUnknown):
+		// Before the context cases: a wait that ended with its context
+		// still left an entry that may be applied.
+		return connect.NewError(connect.CodeUnavailable, "allocator: outcome unknown; retry the same call").WithCause(err)
 	case errors.Is(err, ErrClosed):
 		return connect.NewError(connect.CodeUnavailable, "allocator: shutting down").WithCause(err)
 	case errors.Is(err, ErrNotDurable):
@@ -157,6 +175,17 @@ func refusal(err error) *errdetails.ErrorInfo {
 		info.Reason = ration.ReasonSequenceReused
 	default:
 		info.Reason = ration.ReasonEpochReleased
+	}
+	return info
+}
+
+// notLeader is the ErrorInfo of a member that is not the leader: the
+// leader's API URL in MetaLeader, absent while unknown (the contract in
+// the ration package's protocol.go).
+func notLeader(leaderURL string) *errdetails.ErrorInfo {
+	info := &errdetails.ErrorInfo{Domain: ration.ErrorDomain, Reason: ration.ReasonNotLeader}
+	if leaderURL != "" {
+		info.Metadata = map[string]string{ration.MetaLeader: leaderURL}
 	}
 	return info
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/cluster"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -28,6 +29,11 @@ func TestErrorTable(t *testing.T) {
 		{fmt.Errorf("x: %w", ErrStaleEpoch), connect.CodeFailedPrecondition, "x: stale epoch", ration.ReasonStaleEpoch},
 		{fmt.Errorf("x: %w", &StaleEpochError{Latest: 42}), connect.CodeFailedPrecondition, "x: stale epoch (the latest seen is 42)", ration.ReasonStaleEpoch + " 42"},
 		{fmt.Errorf("x: %w", ErrEpochReleased), connect.CodeFailedPrecondition, "x: epoch released", ration.ReasonEpochReleased},
+		{&NotLeaderError{Leader: "https://b.example:7450"}, connect.CodeUnavailable, "allocator: not the leader; send the same call to the leader", ration.ReasonNotLeader + " https://b.example:7450"},
+		{&NotLeaderError{}, connect.CodeUnavailable, "allocator: not the leader; send the same call to the leader", ration.ReasonNotLeader},
+		{&NotLeaderError{Leader: "http://c:1", Unknown: true}, connect.CodeUnavailable, "allocator: leadership lost with the call in flight; send the same call to the leader", ration.ReasonNotLeader + " http://c:1"},
+		{fmt.Errorf("%w: %w", ErrOutcomeUnknown, context.DeadlineExceeded), connect.CodeUnavailable, "allocator: outcome unknown; retry the same call", ""},
+		{fmt.Errorf("%w: %w", ErrClosed, cluster.ErrClosed), connect.CodeUnavailable, "allocator: shutting down", ""},
 		{ErrClosed, connect.CodeUnavailable, "allocator: shutting down", ""},
 		{fmt.Errorf("%w: disk full", ErrNotDurable), connect.CodeUnavailable, "allocator: store unavailable; retry the same call", ""},
 		{context.Canceled, connect.CodeCanceled, "allocator: canceled", ""},
@@ -68,6 +74,9 @@ func detailText(t *testing.T, ce *connect.Error) string {
 			out = append(out, m.GetReason())
 			if e, ok := m.GetMetadata()[ration.MetaLatestEpoch]; ok {
 				out = append(out, e)
+			}
+			if u, ok := m.GetMetadata()[ration.MetaLeader]; ok {
+				out = append(out, u)
 			}
 		}
 	}

@@ -51,29 +51,23 @@ const journalChunk = 15000
 // crash at any point leaves a journal that replays to the same state.
 type store struct {
 	db     *bolt.DB
-	linger time.Duration
 	obs    func(time.Duration, error)
 	hook   func(stage string) error
 	logger *slog.Logger
-	sleep  func(time.Duration) // time.Sleep; tests replace it
+	gc     *groupCommit // commits the journal; its flush is commit
 
 	journalBytes  atomic.Int64   // journal written since the last checkpoint
 	checkpointing atomic.Bool    // a checkpoint goroutine is running
 	wg            sync.WaitGroup // the checkpoint goroutine
 
-	mu         sync.Mutex
-	cond       *sync.Cond // on mu: a commit finished
-	chunks     [][]byte   // journal chunks (record batches) appended and not yet taken by a commit
-	appended   uint64     // commands appended so far (with records)
-	durable    uint64     // commands durable so far
-	committing bool       // a commit is in flight
-	arrived    int        // calls that waited since the last commit began
-	lastBatch  int        // calls that waited during the previous commit cycle
+	mu       sync.Mutex // guards chunks and appended
+	chunks   [][]byte   // journal chunks (record batches) appended and not yet taken by a commit
+	appended uint64     // commands appended so far (with records)
 }
 
 func newStore(db *bolt.DB, cfg config) *store {
-	st := &store{db: db, linger: cfg.linger, obs: cfg.commitObserver, hook: cfg.hook, logger: cfg.logger, sleep: time.Sleep}
-	st.cond = sync.NewCond(&st.mu)
+	st := &store{db: db, obs: cfg.commitObserver, hook: cfg.hook, logger: cfg.logger}
+	st.gc = newGroupCommit(cfg.linger, st.commit)
 	return st
 }
 
@@ -97,38 +91,16 @@ func (st *store) append(changed bool, encode func([]byte) []byte) uint64 {
 }
 
 // wait returns once every command appended up to position target is
-// durable.
-//
-// It is a leader/follower group commit: at most one commit is in flight;
-// a caller that finds one running waits for it, and if that commit did not
-// cover its position, the first waiter to wake commits everything appended
-// so far on behalf of all of them. So the calls that arrive during one
-// fsync share the next. (bbolt's db.Batch arms a timer per batch and queues
-// on the writer lock, so under load many small batches each pay an fsync.)
-// A commit cannot be abandoned halfway, so there is no context.
-func (st *store) wait(target uint64) error {
-	st.mu.Lock()
-	st.arrived++
-	for st.durable < target && st.committing {
-		st.cond.Wait()
-	}
-	if st.durable >= target {
-		st.mu.Unlock()
-		return nil
-	}
-	st.committing = true
-	last := st.lastBatch
-	st.mu.Unlock()
+// durable: the group commit (groupCommit) runs commit for the calls that
+// wait together. (bbolt's db.Batch arms a timer per batch and queues on
+// the writer lock, so under load many small batches each pay an fsync.)
+func (st *store) wait(target uint64) error { return st.gc.wait(target) }
 
-	// Under concurrent load, linger so that more calls share the fsync; a
-	// lone caller commits at once.
-	if st.linger > 0 && last > 1 {
-		st.lingerFor(st.linger, last)
-	}
-	st.mu.Lock()
-	st.lastBatch, st.arrived = st.arrived, 0
-	st.mu.Unlock()
-
+// commit writes everything appended so far as one journal entry, in one
+// bbolt transaction, and returns the last position it covered. On error
+// the chunks go back to the front of the queue: the next commit writes
+// them.
+func (st *store) commit() (uint64, error) {
 	start := time.Now()
 	var chunks [][]byte
 	var end uint64
@@ -148,17 +120,11 @@ func (st *store) wait(target uint64) error {
 	if st.obs != nil {
 		st.obs(time.Since(start), err)
 	}
-	st.mu.Lock()
-	st.committing = false
-	if err == nil {
-		st.durable = max(st.durable, end)
-	} else {
-		st.chunks = append(chunks, st.chunks...) // the next commit writes them
-	}
-	st.cond.Broadcast()
-	st.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrNotDurable, err)
+		st.mu.Lock()
+		st.chunks = append(chunks, st.chunks...)
+		st.mu.Unlock()
+		return 0, fmt.Errorf("%w: %w", ErrNotDurable, err)
 	}
 	if st.journalBytes.Load() > checkpointBytes && st.checkpointing.CompareAndSwap(false, true) {
 		st.wg.Go(func() {
@@ -168,7 +134,7 @@ func (st *store) wait(target uint64) error {
 			}
 		})
 	}
-	return nil
+	return end, nil
 }
 
 func (st *store) runHook(stage string) error {
@@ -176,45 +142,6 @@ func (st *store) runHook(stage string) error {
 		return nil
 	}
 	return st.hook(stage)
-}
-
-// lingerStep is the step of a commit's linger.
-const lingerStep = time.Millisecond
-
-// lingerCalls is the batch that ends a linger early: shared by this many
-// calls, a commit's fsyncs cost a few µs per call, so waiting longer would
-// add latency for little gain.
-const lingerCalls = 64
-
-// sustainedBatch is the number of calls in a commit cycle from which the
-// next linger counts the load as sustained (see lingerFor).
-const sustainedBatch = lingerCalls / 4
-
-// lingerFor waits for more calls to join the next commit, in steps of
-// lingerStep, until lingerCalls calls wait for it, at most max in all; last
-// is the number of calls in the previous commit cycle. After a light cycle
-// (last below sustainedBatch) a step without a call ends it, so a sparse
-// caller waits one step at most. After a sustained one a quiet step ends
-// it only once as many calls wait as last time: under load calls arrive in
-// bursts (a commit releases its batch at once), so a quiet millisecond says
-// little, but once every caller of a small closed population waits, no
-// call is coming.
-func (st *store) lingerFor(max time.Duration, last int) {
-	for waited := time.Duration(0); waited < max; waited += lingerStep {
-		st.mu.Lock()
-		before := st.arrived
-		st.mu.Unlock()
-		if before >= lingerCalls {
-			return
-		}
-		st.sleep(min(lingerStep, max-waited))
-		st.mu.Lock()
-		now := st.arrived
-		st.mu.Unlock()
-		if now == before && (last < sustainedBatch || now >= last) {
-			return
-		}
-	}
 }
 
 // put writes chunks to the journal in tx as one entry, keyed (end, chunk

@@ -368,18 +368,17 @@ func TestCommitLingerSteps(t *testing.T) {
 		{8 * time.Millisecond, 32, 100, lingerCalls / 2, []time.Duration{s, s}},
 		{2500 * time.Microsecond, 32, 0, 0, []time.Duration{s, s, 500 * time.Microsecond}},
 	} {
-		st := &store{}
-		st.cond = sync.NewCond(&st.mu)
+		g := newGroupCommit(tc.max, nil)
 		var slept []time.Duration
-		st.sleep = func(d time.Duration) {
+		g.sleep = func(d time.Duration) {
 			slept = append(slept, d)
 			if len(slept) <= tc.arriving {
-				st.mu.Lock()
-				st.arrived += max(tc.perStep, 3)
-				st.mu.Unlock()
+				g.mu.Lock()
+				g.arrived += max(tc.perStep, 3)
+				g.mu.Unlock()
 			}
 		}
-		st.lingerFor(tc.max, tc.last)
+		g.lingerFor(tc.max, tc.last)
 		if fmt.Sprint(slept) != fmt.Sprint(tc.want) {
 			t.Errorf("linger(%v, last %d) with calls arriving in the first %d steps (%d each) slept %v, want %v", tc.max, tc.last, tc.arriving, tc.perStep, slept, tc.want)
 		}

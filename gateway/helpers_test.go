@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -79,16 +78,7 @@ func post(t *testing.T, url, key, body string) (*http.Response, string) {
 
 func send(t *testing.T, req *http.Request) (*http.Response, string) {
 	t.Helper()
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
+	return testkit.Do(t, req)
 }
 
 // errorBody decodes an OpenAI error body.

@@ -191,9 +191,15 @@ func cloneReply(r any) any {
 // Snapshot captures the state for raft (called on raft's FSM goroutine,
 // between Applies); Persist writes it while Applies continue.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{b: f.encode()}, nil
+}
+
+// encode returns the state in the snapshot format, with the last index
+// and the latest Now applied.
+func (f *FSM) encode() []byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return &fsmSnapshot{b: appendSnapshot(nil, f.index.Load(), f.now, f.state.Snapshot())}, nil
+	return appendSnapshot(nil, f.index.Load(), f.now, f.state.Snapshot())
 }
 
 // Snapshot format: version byte, last applied index and latest Now as
@@ -214,29 +220,39 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("cluster: read snapshot: %w", err)
 	}
+	index, now, st, err := parseSnapshot(f.cfg, b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state, f.now = st, now
+	f.index.Store(index)
+	f.restores.Add(1)
+	return nil
+}
+
+// parseSnapshot decodes a snapshot (appendSnapshot's format) into a state
+// under cfg, with its index and instant.
+func parseSnapshot(cfg ledger.Config, b []byte) (index uint64, now bucket.Instant, st *ledger.State, err error) {
 	if len(b) == 0 || b[0] != snapshotVersion {
-		return errors.New("cluster: snapshot version")
+		return 0, 0, nil, errors.New("cluster: snapshot version")
 	}
 	b = b[1:]
 	index, k := binary.Uvarint(b)
 	if k <= 0 {
-		return errors.New("cluster: snapshot index")
+		return 0, 0, nil, errors.New("cluster: snapshot index")
 	}
 	b = b[k:]
-	now, k := binary.Varint(b)
+	at, k := binary.Varint(b)
 	if k <= 0 {
-		return errors.New("cluster: snapshot instant")
+		return 0, 0, nil, errors.New("cluster: snapshot instant")
 	}
-	st, err := ledger.Restore(f.cfg, b[k:], bucket.Instant(now))
+	st, err = ledger.Restore(cfg, b[k:], bucket.Instant(at))
 	if err != nil {
-		return fmt.Errorf("cluster: restore snapshot: %w", err)
+		return 0, 0, nil, fmt.Errorf("cluster: restore snapshot: %w", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.state, f.now = st, bucket.Instant(now)
-	f.index.Store(index)
-	f.restores.Add(1)
-	return nil
+	return index, bucket.Instant(at), st, nil
 }
 
 // StateSnapshot returns the current state as ledger.State.Snapshot
@@ -245,6 +261,14 @@ func (f *FSM) StateSnapshot() (state []byte, index uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.state.Snapshot(), f.index.Load()
+}
+
+// Stats returns the state's counts (ledger.State.Stats; it walks every
+// key, so call it at scrape rate). It waits for an Apply in progress.
+func (f *FSM) Stats() ledger.Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state.Stats()
 }
 
 // AppliedIndex returns the last log index the FSM has applied or

@@ -122,3 +122,21 @@ func validateRelease(c Caller, keys []ReleaseKey) error {
 	}
 	return nil
 }
+
+// Validate returns the error State.Apply would return for cmd's input
+// (an error wrapping ErrInvalidArgument that names the field), or nil. It
+// depends on cmd alone, not on any state, so a proposer can refuse bad
+// input before it becomes a log entry; Apply checks again.
+func Validate(cmd Command) error {
+	switch c := cmd.(type) {
+	case Acquire:
+		return validateAcquire(c.Caller, c.Keys)
+	case ReserveAhead:
+		return validateReserve(c.Caller, c.Keys)
+	case Release:
+		return validateRelease(c.Caller, c.Keys)
+	case Sweep:
+		return nil
+	}
+	return fmt.Errorf("allocator: unknown command %T", cmd)
+}

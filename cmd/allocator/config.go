@@ -30,6 +30,7 @@ type config struct {
 	limits           serverlimits.Limits // per-connection timeouts and header cap
 	logLevel         slog.Level
 	logJSON          bool
+	cluster          clusterFlags
 
 	onCommit func() // tests: runs after every commit, before the replies go out
 }
@@ -49,7 +50,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs := flag.NewFlagSet("allocator", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7450", "address to serve on (Connect, gRPC, gRPC-Web, /healthz, /readyz, /metrics)")
-	fs.StringVar(&c.dataDir, "data-dir", "data", "directory of the bbolt store (allocator.db)")
+	fs.StringVar(&c.dataDir, "data-dir", "data", "directory of the bbolt store (allocator.db), or of a cluster member's raft log (raft.db) and snapshots (snapshots/)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 10*time.Second, "lease time to live (1ms to 1h); enters the bound C + rho*(t+TTL)")
 	fs.BoolVar(&c.strict, "strict", false, "strict mode: bound C + rho*t (holdings count against capacity)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file of accepted bearer tokens, one per line (required unless -no-auth)")
@@ -64,6 +65,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	c.limits.Register(fs, "; calls are unary, so every reply is due well within it")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", true, "log JSON lines (false: text)")
+	c.cluster.register(fs)
 
 	// Environment first, so that flags override it.
 	if err := envflag.Parse(fs, "RATION_", getenv, args); err != nil {
@@ -85,6 +87,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 		return c, fmt.Errorf("-lease-ttl %v outside [1ms, 1h]", c.leaseTTL)
 	}
 	if err := c.limits.Validate(); err != nil {
+		return c, err
+	}
+	if err := c.cluster.validate(c.tlsCert != ""); err != nil {
 		return c, err
 	}
 	if c.sweepInterval <= 0 {

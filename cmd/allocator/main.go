@@ -5,6 +5,13 @@
 // Configuration comes from flags or RATION_* environment variables (see
 // -help and docs/allocator.md). SIGTERM or SIGINT drains in-flight calls,
 // then closes the store.
+//
+// With -cluster-id it is a member of a raft cluster (docs/cluster.md),
+// operated with subcommands that call a member's admin API:
+//
+//	allocator cluster members|add|remove ...
+//	allocator backup -out FILE
+//	allocator restore -in FILE
 package main
 
 import (
@@ -21,6 +28,17 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if isOp(os.Args[1:]) {
+		err := runOp(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, prefixed(err))
+			os.Exit(1)
+		}
+		return
+	}
 	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return // -help printed the usage: not a failure

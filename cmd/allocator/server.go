@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/allocator/cluster"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -77,9 +79,10 @@ func (g *gate) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1
 // serve runs the allocator on ln until ctx is done.
 func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) error {
 	var interceptors []connect.ServerInterceptor
+	var tokens []string
 	if !cfg.noAuth {
-		tokens, err := ration.ReadTokenFile(cfg.tokenFile)
-		if err != nil {
+		var err error
+		if tokens, err = ration.ReadTokenFile(cfg.tokenFile); err != nil {
 			ln.Close()
 			return err
 		}
@@ -99,6 +102,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	g := &gate{}
 	var ready atomic.Bool
 	var commits commitHealth
+	var node atomic.Pointer[cluster.Node] // a cluster member's, once open
 	mux := http.NewServeMux()
 	allocator.Mount(mux, g, interceptors...)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
@@ -111,9 +115,31 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 			http.Error(w, "not ready: the last commit failed: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		if nd := node.Load(); nd != nil {
+			// A member serves when it leads, or follows a leader it has
+			// nearly caught up with (it then names the leader to callers).
+			if err := nd.Ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		io.WriteString(w, "ready\n")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	var adminAPI atomic.Pointer[http.Handler] // a cluster member's, once open
+	if cfg.cluster.on() {
+		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if a := adminAPI.Load(); a != nil {
+				(*a).ServeHTTP(w, r)
+				return
+			}
+			http.Error(w, "allocator: not ready", http.StatusServiceUnavailable)
+		})
+		if !cfg.noAuth {
+			h = allocator.RequireBearer(tokens, log, h)
+		}
+		mux.Handle("/admin/", h)
+	}
 
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
@@ -154,16 +180,21 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 		srv.Close()
 		return err
 	}
-	led, err := allocator.Open(filepath.Join(cfg.dataDir, "allocator.db"),
-		allocator.WithTTL(cfg.leaseTTL), allocator.WithStrict(cfg.strict), allocator.WithLogger(log),
-		allocator.WithSessionRetention(cfg.sessionRetention), allocator.WithCommitLinger(cfg.commitLinger),
-		allocator.WithCommitObserver(func(d time.Duration, err error) {
-			metrics.ObserveCommit(d, err)
-			commits.observe(err)
-			if cfg.onCommit != nil {
-				cfg.onCommit()
-			}
-		}))
+	opts := []allocator.Option{allocator.WithTTL(cfg.leaseTTL), allocator.WithStrict(cfg.strict), allocator.WithLogger(log),
+		allocator.WithSessionRetention(cfg.sessionRetention), allocator.WithCommitLinger(cfg.commitLinger)}
+	var led *allocator.Ledger
+	if cfg.cluster.on() {
+		led, err = openMember(cfg, tokens, reg, log, opts)
+	} else {
+		led, err = allocator.Open(filepath.Join(cfg.dataDir, "allocator.db"), append(opts,
+			allocator.WithCommitObserver(func(d time.Duration, err error) {
+				metrics.ObserveCommit(d, err)
+				commits.observe(err)
+				if cfg.onCommit != nil {
+					cfg.onCommit()
+				}
+			}))...)
+	}
 	if err != nil {
 		srv.Close()
 		return err
@@ -173,9 +204,14 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 		led.Close()
 		return err
 	}
+	if nd := led.Node(); nd != nil {
+		node.Store(nd)
+		a := adminHandler(nd, cfg.cluster.peers.urls(), log)
+		adminAPI.Store(&a)
+	}
 	g.svc.Store(allocator.NewService(led, allocator.WithMetrics(metrics), allocator.WithServiceLogger(log)))
 	ready.Store(true)
-	log.Info("allocator: ready", "lease_ttl", cfg.leaseTTL.String(), "strict", cfg.strict) // "10s", not nanoseconds in JSON logs
+	log.Info("allocator: ready", "lease_ttl", cfg.leaseTTL.String(), "strict", cfg.strict, "cluster_id", cfg.cluster.id) // "10s", not nanoseconds in JSON logs
 
 	sweepDone := make(chan struct{})
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
@@ -200,6 +236,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	stopSweep()
 	<-sweepDone
 	g.svc.Store(nil)
+	handOver(led.Node(), log)
 	if err := led.Close(); err != nil {
 		return errors.Join(runErr, fmt.Errorf("close store: %w", err))
 	}
@@ -213,14 +250,16 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 // maxCallBytes caps one call's request body; a lease call is a few KiB.
 const maxCallBytes = 16 << 20
 
-// wholeBody reads each request's body before h sees it, as it arrives
+// wholeBody reads each lease call's body before h sees it, as it arrives
 // (never sized from Content-Length) and up to maxCallBytes, so that a body
 // slower than -read-timeout is answered 408 and the connection closed,
 // where the RPC layer would answer 504 as if the allocator were late; a
 // larger one is 413.
 func wholeBody(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil || r.Body == http.NoBody {
+		if r.Body == nil || r.Body == http.NoBody || strings.HasPrefix(r.URL.Path, "/admin/") {
+			// A backup to restore may be larger than any call: the
+			// admin API bounds its own bodies.
 			h.ServeHTTP(w, r)
 			return
 		}

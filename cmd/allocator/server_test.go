@@ -2,17 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -60,6 +54,15 @@ func testConfig(t *testing.T, extra ...string) config {
 
 func startServer(t *testing.T, cfg config) *testServer {
 	t.Helper()
+	ts := startServerUnready(t, cfg)
+	waitReady(t, "http://"+ts.addr, http.DefaultClient)
+	return ts
+}
+
+// startServerUnready is startServer waiting only until the lease service
+// is up (the log's "allocator: ready"), not for /readyz.
+func startServerUnready(t *testing.T, cfg config) *testServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +71,11 @@ func startServer(t *testing.T, cfg config) *testServer {
 	ts := &testServer{addr: ln.Addr().String(), cfg: cfg, stop: cancel, done: make(chan error, 1), log: &testkit.SyncBuffer{}}
 	go func() { ts.done <- serve(ctx, cfg, ln, newLogger(cfg, ts.log)) }()
 	t.Cleanup(func() { ts.shutdown(t) })
-	waitReady(t, "http://"+ts.addr, http.DefaultClient)
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(ts.log.String(), `"allocator: ready"`); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease service did not start:\n%s", ts.log.String())
+		}
+	}
 	return ts
 }
 
@@ -170,33 +177,10 @@ func startServerTLS(t *testing.T, cfg config, pool *x509.CertPool) *testServer {
 	return ts
 }
 
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+// selfSigned makes a test CA and a certificate it signed for 127.0.0.1.
+func selfSigned(t *testing.T, _ string) (certFile, keyFile string, pool *x509.CertPool) {
+	f := testkit.NewTLSFiles(t)
+	return f.Cert, f.Key, f.Pool
 }
 
 func TestAuth(t *testing.T) {

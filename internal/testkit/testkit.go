@@ -2,14 +2,16 @@
 // HTTP server on a loopback port that speaks HTTP/2 without TLS (h2c), as
 // cmd/allocator does, a client for it, a log buffer safe for concurrent
 // writes, a Limiter constructor that fails the test on an error, a keys
-// file writer, and a cluster member's NOT_LEADER refusal. It is for tests
-// only.
+// file writer, a cluster member's NOT_LEADER refusal, a test certificate
+// authority (TLSFiles), and Do (an HTTP request sent and its body read). It
+// is for tests only.
 package testkit
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -92,4 +94,20 @@ func KeysFile(t testing.TB, entries any) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// Do sends req with http.DefaultClient and returns the response (its
+// body read and closed) and the body, failing the test on an error.
+func Do(t testing.TB, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
 }

@@ -1,4 +1,4 @@
-package cluster
+package allocator_test
 
 import (
 	"context"
@@ -7,66 +7,44 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
-	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/allocator/cluster"
 	"github.com/rationhq/ration/allocator/ledger"
 )
 
 // Durable Acquire: today's journal (allocator.Open: bbolt, group commit,
-// fsync on) against a one-member cluster (Node on raft-boltdb, fsync on,
-// file snapshots), both answering once the call is durable. Run them
+// fsync on) against a one-member cluster (raft-boltdb, fsync on, file
+// snapshots), both answering once the call is durable. Run them
 // interleaved, one binary (docs/cluster.md, "Measurements"):
 //
-//	go test -c -o /tmp/cluster.test ./allocator/cluster
-//	/tmp/cluster.test -test.run '^$' -test.bench 'DurableAcquire/journal$' -test.benchtime 5s
-//	/tmp/cluster.test -test.run '^$' -test.bench 'DurableAcquire/raft1' -test.benchtime 5s
+//	go test -c -o /tmp/allocator.test ./allocator
+//	/tmp/allocator.test -test.run '^$' -test.bench 'DurableAcquire/journal$' -test.benchtime 5s
+//	/tmp/allocator.test -test.run '^$' -test.bench 'DurableAcquire/replicated$' -test.benchtime 5s
 //
-// Node applies one command per log entry; raft's leader loop takes every
-// entry waiting on its apply channel (up to MaxAppendEntries) and stores
-// them with one StoreLogs, one bbolt transaction and one fsync, so
-// concurrent calls share a commit as the journal's do. calls/commit
-// reports it for both.
-
-const benchKeysN = 64 // keys per call
+// The cluster runs two ways: raft1 calls cluster.Node.Apply directly, one
+// command per log entry (raft's leader loop takes every entry waiting on
+// its apply channel, up to MaxAppendEntries, and stores them with one
+// StoreLogs, one bbolt transaction and one fsync); replicated is the
+// wired path, allocator.NewReplicated, whose group commit puts the calls
+// that arrive during an entry's commit into the next entry, one at a
+// time, with the journal's linger. calls/commit reports the grouping for
+// all of them.
 
 // benchCallers: concurrent callers, as gateways would be.
 var benchCallers = flag.Int("durable.callers", 8, "BenchmarkDurableAcquire: concurrent callers")
 
-// durableKeys: 64 keys that every caller acquires (the gateways share
-// their keys' budgets). Limits are high enough that every key is granted;
-// amounts are a gateway's: it holds 10 requests / 4,000 tokens and asks
-// for as much again, spending 600 / 240,000 a minute.
-func durableKeys() []ledger.AcquireKey {
-	keys := make([]ledger.AcquireKey, benchKeysN)
-	for i := range keys {
-		keys[i] = ledger.AcquireKey{Key: fmt.Sprintf("team-%02d/model-%03d", i%8, i),
-			Limits:    ration.Limits{RPM: 1_000_000_000, TPM: 1_000_000_000_000},
-			Want:      ration.Amount{Requests: 10, Tokens: 4_000},
-			Held:      ration.Amount{Requests: 10, Tokens: 4_000},
-			SpendRate: ration.Amount{Requests: 600, Tokens: 240_000}}
-	}
-	return keys
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // runCallers makes b.N Acquire calls from *benchCallers goroutines, each a
-// spender of its own (epoch 1, sequence 1, 2, ...), through call.
+// spender of its own (epoch 1, sequence 1, 2, ...), through call. Every
+// call acquires the same 64 keys (the gateways share their keys'
+// budgets), all granted.
 func runCallers(b *testing.B, call func(c ledger.Caller, keys []ledger.AcquireKey) error) {
-	keys := durableKeys()
+	keys := benchKeys(64, "durable")
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	cpu0 := cpuTime()
@@ -148,7 +126,7 @@ func BenchmarkDurableAcquire(b *testing.B) {
 		// raft's defaults (heartbeat and election 1 s, lease 500 ms, commit
 		// timeout 50 ms, MaxAppendEntries 64, snapshot threshold 8,192
 		// entries checked every 120 s).
-		nd, err := New("one", tr, ledger.Config{TTL: 10 * time.Second}, WithStores(logs, bs), WithFileSnapshots(filepath.Join(dir, "snaps"), 2))
+		nd, err := cluster.New("one", tr, ledger.Config{TTL: 10 * time.Second}, cluster.WithStores(logs, bs), cluster.WithFileSnapshots(filepath.Join(dir, "snaps"), 2))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -156,19 +134,64 @@ func BenchmarkDurableAcquire(b *testing.B) {
 		if err := nd.Bootstrap(raft.Server{ID: nd.ID(), Address: nd.Addr()}); err != nil {
 			b.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); !nd.IsLeader(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				b.Fatal("the one member did not become leader")
-			}
-		}
+		awaitLeader(b, nd)
 		w0, n0 := logs.writes.Load(), logs.nanos.Load()
 		runCallers(b, func(c ledger.Caller, keys []ledger.AcquireKey) error {
 			_, err := nd.Apply(context.Background(), ledger.Acquire{Now: ledger.InstantOf(time.Now()), Caller: c, Keys: keys})
 			return err
 		})
-		if n := logs.writes.Load() - w0; n > 0 {
-			b.ReportMetric(float64(b.N)/float64(n), "calls/commit")
-			b.ReportMetric(float64(logs.nanos.Load()-n0)/float64(n)/1e6, "ms/commit")
-		}
+		logs.report(b, w0, n0)
 	})
+	// replicated: the wired path with cmd/allocator's default linger;
+	// replicated-linger0: without it.
+	for _, name := range []string{"replicated", "replicated-linger0"} {
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			bs, err := raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer bs.Close()
+			logs := &countingLogs{BoltStore: bs}
+			_, tr := raft.NewInmemTransport("one")
+			opts := []allocator.Option{allocator.WithTTL(10 * time.Second)}
+			if name == "replicated-linger0" {
+				opts = append(opts, allocator.WithCommitLinger(0))
+			}
+			l, err := allocator.NewReplicated(allocator.ClusterConfig{ID: "one", Transport: tr,
+				Node: []cluster.Option{cluster.WithStores(logs, bs), cluster.WithFileSnapshots(filepath.Join(dir, "snaps"), 2)}}, opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			nd := l.Node()
+			if err := nd.Bootstrap(raft.Server{ID: nd.ID(), Address: nd.Addr()}); err != nil {
+				b.Fatal(err)
+			}
+			awaitLeader(b, nd)
+			w0, n0 := logs.writes.Load(), logs.nanos.Load()
+			runCallers(b, func(c ledger.Caller, keys []ledger.AcquireKey) error {
+				_, err := l.Acquire(context.Background(), c, keys)
+				return err
+			})
+			logs.report(b, w0, n0)
+		})
+	}
+}
+
+// awaitLeader polls until nd, a one-member cluster, has elected itself.
+func awaitLeader(b *testing.B, nd *cluster.Node) {
+	for deadline := time.Now().Add(10 * time.Second); !nd.IsLeader(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("the one member did not become leader")
+		}
+	}
+}
+
+// report adds calls/commit and ms/commit since (w0, n0) to b.
+func (c *countingLogs) report(b *testing.B, w0, n0 int64) {
+	if n := c.writes.Load() - w0; n > 0 {
+		b.ReportMetric(float64(b.N)/float64(n), "calls/commit")
+		b.ReportMetric(float64(c.nanos.Load()-n0)/float64(n)/1e6, "ms/commit")
+	}
 }

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/allocator/cluster"
+)
+
+// openMember starts this allocator as a member of the raft cluster the
+// -cluster-* flags describe: raft on its own listener, its peers
+// authenticated with the bearer tokens (the first one proven, any
+// accepted; none with -no-auth) and, with -tls-cert, over TLS (mutual
+// with -cluster-ca); the raft log in <data-dir>/raft.db and snapshots in
+// <data-dir>/snapshots. With -cluster-bootstrap, a member without raft
+// state forms the cluster of -cluster-peers.
+func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slog.Logger, opts []allocator.Option) (*allocator.Ledger, error) {
+	cf := cfg.cluster
+	if _, err := os.Stat(filepath.Join(cfg.dataDir, "allocator.db")); err == nil {
+		log.Warn("allocator: the data directory holds a journal (allocator.db) from a run without -cluster-id; a cluster member does not read it")
+	}
+	if len(tokens) == 0 {
+		log.Warn("allocator: raft peers are not authenticated (-no-auth)")
+	}
+	sc := cluster.StreamConfig{Tokens: tokens, Logger: log, Advertise: advertiseAddr(cf.advertise)}
+	if cfg.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		var pool *x509.CertPool
+		if cf.ca != "" {
+			pem, err := os.ReadFile(cf.ca)
+			if err != nil {
+				return nil, fmt.Errorf("-cluster-ca: %w", err)
+			}
+			if pool = x509.NewCertPool(); !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("-cluster-ca %s: no PEM certificate", cf.ca)
+			}
+		}
+		sc.ServerTLS, sc.ClientTLS = cluster.PeerTLS(cert, pool)
+	}
+	ln, err := net.Listen("tcp", cf.listen)
+	if err != nil {
+		return nil, fmt.Errorf("-cluster-listen: %w", err)
+	}
+	sc.Listener = ln
+	sl, err := cluster.NewStreamLayer(sc)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	trans := cluster.NewNetworkTransport(sl, log)
+	et := cf.electionTimeout
+	led, err := allocator.NewReplicated(allocator.ClusterConfig{
+		ID: raft.ServerID(cf.id), Transport: trans, APIURLs: cf.peers.urls(),
+		Node: []cluster.Option{
+			cluster.WithBoltStore(filepath.Join(cfg.dataDir, "raft.db")),
+			cluster.WithFileSnapshots(filepath.Join(cfg.dataDir, "snapshots"), 2),
+			cluster.WithRaftConfig(func(c *raft.Config) {
+				c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = et, et, et/2
+			}),
+		},
+	}, opts...)
+	if err != nil {
+		trans.Close()
+		return nil, err
+	}
+	node := led.Node()
+	for _, r := range []func(prometheus.Registerer) error{node.RegisterMetrics, sl.RegisterMetrics} {
+		if err := r(reg); err != nil {
+			led.Close()
+			return nil, err
+		}
+	}
+	if cf.bootstrap {
+		switch err := node.Bootstrap(cf.peers.servers()...); {
+		case errors.Is(err, raft.ErrCantBootstrap):
+			log.Info("allocator: raft state found; resuming it, not bootstrapping")
+		case err != nil:
+			led.Close()
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		default:
+			log.Info("allocator: bootstrapped a new cluster", "members", cf.peers.String())
+		}
+	}
+	log.Info("allocator: cluster member", "id", cf.id, "raft_listen", cf.listen, "raft_advertise", cf.advertise,
+		"tls", sc.ServerTLS != nil, "mutual_tls", cf.ca != "", "election_timeout", et.String())
+	return led, nil
+}
+
+// handOver, on a leader about to stop, hands the leadership to another
+// member, so the cluster serves again without waiting for an election
+// timeout. It does nothing on a follower or outside a cluster.
+func handOver(node *cluster.Node, log *slog.Logger) {
+	if node == nil || !node.IsLeader() {
+		return
+	}
+	if err := node.Raft().LeadershipTransfer().Error(); err != nil {
+		log.Warn("allocator: leadership not handed over before stopping", "err", err)
+		return
+	}
+	log.Info("allocator: leadership handed over")
+}
+
+// advertiseAddr is the address the peers dial, as given: a host name
+// stays a name (raft dials what the configuration holds).
+type advertiseAddr string
+
+func (a advertiseAddr) Network() string { return "tcp" }
+func (a advertiseAddr) String() string  { return string(a) }

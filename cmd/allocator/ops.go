@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/internal/envflag"
+)
+
+// opsUsage lists the operations subcommands.
+const opsUsage = `usage:
+  allocator cluster members -addr URL
+  allocator cluster add     -addr URL -id ID -raft-address HOST:PORT
+  allocator cluster remove  -addr URL -id ID
+  allocator backup          -addr URL -out FILE
+  allocator restore         -addr URL -in FILE
+common flags: -token-file FILE (a bearer token of the cluster), -ca FILE (PEM, for https), -timeout D`
+
+// isOp reports whether args (without the program name) start with an
+// operations subcommand rather than the server's flags.
+func isOp(args []string) bool {
+	return len(args) > 0 && (args[0] == "cluster" || args[0] == "backup" || args[0] == "restore")
+}
+
+// runOp runs an operations subcommand against a cluster member's admin
+// API (a follower redirects to the leader), printing what it did on out.
+func runOp(ctx context.Context, args []string, getenv func(string) string, out, stderr io.Writer) error {
+	name := args[0]
+	args = args[1:]
+	if name == "cluster" {
+		if len(args) == 0 {
+			return fmt.Errorf("cluster: want members, add or remove\n%s", opsUsage)
+		}
+		name, args = "cluster "+args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("allocator "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "http://127.0.0.1:7450", "a member's lease API base URL (a follower redirects to the leader)")
+	tokenFile := fs.String("token-file", "", "file of bearer tokens: the first is sent (none: no Authorization header)")
+	caFile := fs.String("ca", "", "PEM CA bundle to verify an https member (default: the system's)")
+	timeout := fs.Duration("timeout", time.Minute, "bound on the whole operation")
+	var id, raftAddr, file *string
+	switch name {
+	case "cluster members":
+	case "cluster add":
+		id = fs.String("id", "", "the new member's -cluster-id")
+		raftAddr = fs.String("raft-address", "", "the new member's raft address (host:port its peers dial)")
+	case "cluster remove":
+		id = fs.String("id", "", "the member to remove")
+	case "backup":
+		file = fs.String("out", "", "file to write the backup to (- for stdout)")
+	case "restore":
+		file = fs.String("in", "", "backup file to restore")
+	default:
+		return fmt.Errorf("unknown operation %q\n%s", name, opsUsage)
+	}
+	if err := envflag.Parse(fs, "RATION_", getenv, args); err != nil {
+		return err
+	}
+	switch {
+	case id != nil && *id == "":
+		return fmt.Errorf("%s: -id is required", name)
+	case raftAddr != nil && *raftAddr == "":
+		return fmt.Errorf("%s: -raft-address is required", name)
+	case file != nil && *file == "":
+		return fmt.Errorf("%s: -out or -in is required", name)
+	}
+	c, err := newOpsClient(*addr, *tokenFile, *caFile)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	switch name {
+	case "cluster members":
+		b, err := c.do(ctx, http.MethodGet, "/admin/cluster", nil)
+		if err != nil {
+			return err
+		}
+		var info clusterInfo
+		if err := json.Unmarshal(b, &info); err != nil {
+			return fmt.Errorf("members: %w", err)
+		}
+		for _, m := range info.Members {
+			role := "voter"
+			if !m.Voter {
+				role = "nonvoter"
+			}
+			if m.Leader {
+				role += " leader"
+			}
+			fmt.Fprintf(out, "%s\t%s\t%s\t%s\n", m.ID, m.RaftAddress, m.APIURL, role)
+		}
+	case "cluster add":
+		body, _ := json.Marshal(addRequest{ID: *id, RaftAddress: *raftAddr})
+		if _, err := c.do(ctx, http.MethodPost, "/admin/cluster/members", body); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "added %s at %s\n", *id, *raftAddr)
+	case "cluster remove":
+		if _, err := c.do(ctx, http.MethodDelete, "/admin/cluster/members/"+url.PathEscape(*id), nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "removed %s\n", *id)
+	case "backup":
+		b, err := c.do(ctx, http.MethodGet, "/admin/backup", nil)
+		if err != nil {
+			return err
+		}
+		if *file == "-" {
+			_, err = out.Write(b)
+			return err
+		}
+		if err := os.WriteFile(*file, b, 0o600); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "backup: %d bytes to %s\n", len(b), *file)
+	case "restore":
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return err
+		}
+		if _, err := c.do(ctx, http.MethodPost, "/admin/restore", b); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "restored %d bytes from %s\n", len(b), *file)
+	}
+	return nil
+}
+
+// opsClient calls a member's admin API, following the leader's redirects
+// itself so that the token goes only to the members it is told of.
+type opsClient struct {
+	hc    *http.Client
+	base  string
+	token string
+}
+
+func newOpsClient(addr, tokenFile, caFile string) (*opsClient, error) {
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("-addr %q: want http(s)://host:port", addr)
+	}
+	c := &opsClient{base: strings.TrimSuffix(addr, "/")}
+	if tokenFile != "" {
+		tokens, err := ration.ReadTokenFile(tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		c.token = tokens[0]
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-ca %s: no PEM certificate", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	c.hc = &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return c, nil
+}
+
+// do sends the request to the member, and again to the leader it
+// redirects to (at most 3 times), and returns the body of a 2xx answer.
+func (c *opsClient) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	target := c.base + path
+	for range 4 {
+		req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := c.hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusTemporaryRedirect:
+			target = resp.Header.Get("Location")
+			continue
+		case resp.StatusCode/100 != 2:
+			return nil, fmt.Errorf("%s %s: %s: %s", method, target, resp.Status, strings.TrimSpace(string(b)))
+		}
+		return b, nil
+	}
+	return nil, errors.New("more than 3 redirects: is the leader changing?")
+}
