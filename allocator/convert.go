@@ -101,7 +101,7 @@ func (p *protoAlloc) amount(a ration.Amount) *leasev1.Amount {
 func (p *protoAlloc) dim(d DimSnapshot) *leasev1.DimSnapshot {
 	m := &p.dims[0]
 	p.dims = p.dims[1:]
-	m.Limit, m.Remaining, m.ResetUs = d.Limit, d.Remaining, us(d.Reset)
+	m.Limit, m.Remaining, m.ResetUs, m.SharedPpm = d.Limit, d.Remaining, us(d.Reset), d.Shared
 	return m
 }
 

@@ -166,3 +166,32 @@ func TestShareRefillStaysTakenAcrossChanges(t *testing.T) {
 		})
 	}
 }
+
+// The snapshot of an answer reports the part of the key's refill rate the
+// refill shares take (what a spender falls back on without the allocator):
+// the sum of the unexpired holdings' shares, and none once they expire.
+func TestSnapshotReportsShared(t *testing.T) {
+	clk := newFakeClock()
+	const ttl = 10 * time.Second
+	l := newLedger(t, clk, WithTTL(ttl))
+	lim := ration.Limits{RPM: 600}
+	ask := func(who string, seq uint64, demand int64) AcquireResult {
+		return acq(t, l, caller(who, 1, seq), AcquireKey{Key: "k", Limits: lim,
+			Want: ration.Amount{Requests: 10}, SpendRate: ration.Amount{Requests: demand}, Demand: ration.Amount{Requests: demand}})
+	}
+	a := ask("a", 1, 200)
+	if a.Share.Zero() || a.Snapshot.Requests.Shared != a.Share.Requests {
+		t.Fatalf("one spender: share %+v, snapshot shared %d; want the share reported", a.Share, a.Snapshot.Requests.Shared)
+	}
+	b := ask("b", 1, 100)
+	if b.Share.Zero() || b.Snapshot.Requests.Shared != a.Share.Requests+b.Share.Requests {
+		t.Fatalf("two spenders: shares %d + %d, snapshot shared %d; want their sum", a.Share.Requests, b.Share.Requests, b.Snapshot.Requests.Shared)
+	}
+	if b.Snapshot.Tokens.Shared != 0 {
+		t.Fatalf("an unlimited dimension reports shared %d, want 0", b.Snapshot.Tokens.Shared)
+	}
+	clk.Advance(ttl + time.Second)
+	if c := ask("c", 1, 0); c.Snapshot.Requests.Shared != 0 {
+		t.Fatalf("after the holdings expired, snapshot shared %d, want 0", c.Snapshot.Requests.Shared)
+	}
+}

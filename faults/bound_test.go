@@ -51,8 +51,9 @@ func (b boundReport) String() string {
 // C + ρ·(t + TTL). Fallback admissions are outside that bound;
 // docs/leasing.md ("The bound while in fallback") bounds them under the
 // default FallbackShare policy: each of N spenders admits at most
-// C/N + (ρ/N)·t from its fallback buckets, or C·s + ρ·s·t at the refill
-// share s it held, so the fleet at most C + ρ·t.
+// C/N + (ρ/N)·t from its fallback buckets, or with refill shares C·f + ρ·f·t
+// at its fallback part f (its share plus an even part of the unshared
+// rate), so the fleet at most C + ρ·t.
 // So, over the run's window t (before the first request to after the
 // last answer; the key is fresh, so nothing was admitted before it):
 //

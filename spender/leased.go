@@ -2,6 +2,7 @@ package spender
 
 import (
 	"errors"
+	"math/bits"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -264,10 +265,11 @@ func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.
 	if n == 0 {
 		n = max(1, lz.maxActive.Load())
 	}
-	share := shareOf(st.lim, int64(n))
+	var own ration.Share
 	if ls.ss != nil {
-		share = heldShareOf(st.lim, ls.ss.share, share)
+		own = ls.ss.share
 	}
+	share := fallbackShareOf(st.lim, own, ls.snapShared, int64(n))
 	if !ls.fallback || ls.fbLim != share {
 		// Buckets at the share that start empty: the global bucket was
 		// probably spent when the allocator went away, and a full start
@@ -290,39 +292,37 @@ func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.
 	return nil
 }
 
-// heldShareOf is the fallback share of a key whose last answer gave it
-// refill share s: per dimension with a share, lim scaled by it (at least 1);
-// per dimension without one, what even holds. The allocator keeps the shares
-// of a key within its rate, so spenders that fall back at their shares
-// admit at most the rate between them, each at what its demand was given
-// rather than limit / active spenders, which starves a busy spender beside
-// idle ones.
-func heldShareOf(lim ration.Limits, s ration.Share, even ration.Limits) ration.Limits {
-	scale := func(v int64, ppm uint32) int64 {
-		p := int64(ppm) // v × ppm / ShareUnit without overflowing at MaxAmount
-		return max(1, v/ration.ShareUnit*p+v%ration.ShareUnit*p/ration.ShareUnit)
-	}
-	capacity := lim.Capacity()
-	out := even
-	if s.Requests > 0 && lim.RPM > 0 {
-		out.RPM, out.BurstRequests = scale(lim.RPM, s.Requests), scale(capacity.Requests, s.Requests)
-	}
-	if s.Tokens > 0 && lim.TPM > 0 {
-		out.TPM, out.BurstTokens = scale(lim.TPM, s.Tokens), scale(capacity.Tokens, s.Tokens)
-	}
-	return out
-}
-
-// shareOf is lim divided among n spenders, at least 1 per limited dimension.
-func shareOf(lim ration.Limits, n int64) ration.Limits {
-	div := func(v int64) int64 {
+// fallbackShareOf is this spender's part of lim while the allocator is
+// unreachable: per dimension, its own refill share (own, from its last
+// answer) plus an even part, among the n active spenders, of the rate no
+// share took (shared, as that answer reported). Without shares it is lim
+// divided among n. Every spender doing this takes the rate between them
+// (as of their answers), and a busy spender beside idle ones keeps what
+// its demand was given. At least 1 per limited dimension.
+func fallbackShareOf(lim ration.Limits, own, shared ration.Share, n int64) ration.Limits {
+	part := func(v int64, own, shared uint32) int64 {
 		if v == 0 {
 			return 0
 		}
-		return max(1, v/n)
+		unshared := uint64(ration.ShareUnit - min(shared, ration.ShareUnit))
+		m := uint64(min(max(n, 1), 1<<32)) // so that ShareUnit × m fits
+		return max(1, scale(v, min(uint64(own)*m+unshared, ration.ShareUnit*m), ration.ShareUnit*m))
 	}
 	capacity := lim.Capacity()
-	return ration.Limits{RPM: div(lim.RPM), TPM: div(lim.TPM), BurstRequests: div(capacity.Requests), BurstTokens: div(capacity.Tokens), Window: lim.Window}
+	return ration.Limits{
+		RPM: part(lim.RPM, own.Requests, shared.Requests), TPM: part(lim.TPM, own.Tokens, shared.Tokens),
+		BurstRequests: part(capacity.Requests, own.Requests, shared.Requests),
+		BurstTokens:   part(capacity.Tokens, own.Tokens, shared.Tokens),
+		Window:        lim.Window,
+	}
+}
+
+// scale is v × num / den rounded down, for 0 <= v and num <= den (so the
+// quotient fits), without overflow.
+func scale(v int64, num, den uint64) int64 {
+	hi, lo := bits.Mul64(uint64(v), num)
+	q, _ := bits.Div64(hi, lo, den)
+	return int64(q)
 }
 
 // leasedReservation is a leased Limiter's Reservation.

@@ -25,9 +25,10 @@ type leaseState struct {
 
 	// The key's global state as of the last answer, for headers: whole
 	// units left in the global buckets.
-	snapRem ration.Amount
-	snapAt  bucket.Instant
-	hasSnap bool
+	snapRem    ration.Amount
+	snapShared ration.Share // the part of the refill rate shares took, for the fallback
+	snapAt     bucket.Instant
+	hasSnap    bool
 
 	debt ration.Amount // spent beyond any grant, not yet reported
 	ret  ration.Amount // to give back on the next call
@@ -312,6 +313,7 @@ func (ls *leaseState) setSnapshot(sn *leasev1.Snapshot, now bucket.Instant) {
 		return
 	}
 	ls.snapRem = ration.Amount{Requests: sn.GetRequests().GetRemaining(), Tokens: sn.GetTokens().GetRemaining()}
+	ls.snapShared = ration.Share{Requests: min(sn.GetRequests().GetSharedPpm(), ration.ShareUnit), Tokens: min(sn.GetTokens().GetSharedPpm(), ration.ShareUnit)}
 	ls.snapAt, ls.hasSnap = now, true
 }
 

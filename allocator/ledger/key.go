@@ -290,15 +290,17 @@ func charge(d *dim, n int64) {
 	}
 }
 
-func (d *dim) snapshot() DimSnapshot {
+func (d *dim) snapshot(free uint32) DimSnapshot {
 	if !d.on {
 		return DimSnapshot{}
 	}
-	return DimSnapshot{Limit: d.b.Limit().Capacity, Remaining: max(d.b.Tokens(), 0), Reset: d.b.TimeToFull()}
+	return DimSnapshot{Limit: d.b.Limit().Capacity, Remaining: max(d.b.Tokens(), 0), Reset: d.b.TimeToFull(),
+		Shared: ration.ShareUnit - free}
 }
 
 func (k *keyState) snapshot() Snapshot {
-	return Snapshot{Requests: k.req.snapshot(), Tokens: k.tok.snapshot()}
+	free := k.freeShare()
+	return Snapshot{Requests: k.req.snapshot(free.Requests), Tokens: k.tok.snapshot(free.Tokens)}
 }
 
 // idle reports whether the key holds no information at now: no holdings

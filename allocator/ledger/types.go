@@ -65,6 +65,9 @@ type DimSnapshot struct {
 	Limit     int64         // bucket capacity
 	Remaining int64         // whole units left, rounded down, >= 0
 	Reset     time.Duration // until the bucket is full again (microsecond precision)
+	// Shared is the part of the refill rate the key's refill shares take,
+	// in millionths (0 = none): the bucket refills at the rest.
+	Shared uint32
 }
 
 // Snapshot is a key's global state, for x-ratelimit-* headers.

@@ -569,7 +569,9 @@ type KeyGrant struct {
 	// The key's global state after the call, for x-ratelimit-* headers.
 	Snapshot *Snapshot `protobuf:"bytes,6,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	// Spenders holding an unexpired lease on the key, this one included.
-	// A spender that loses the allocator falls back to limit / active_spenders.
+	// A spender that loses the allocator falls back to limit / active_spenders,
+	// or, with refill shares, to its share plus the unshared rate divided by
+	// active_spenders (DimSnapshot.shared_ppm).
 	ActiveSpenders uint32 `protobuf:"varint,7,opt,name=active_spenders,json=activeSpenders,proto3" json:"active_spenders,omitempty"`
 	// The refill share granted with this answer, replacing any earlier one:
 	// from receipt until first send + lease_ttl_us the spender adds
@@ -808,7 +810,12 @@ type DimSnapshot struct {
 	// Whole units left in the global bucket, rounded down, at least 0.
 	Remaining int64 `protobuf:"varint,2,opt,name=remaining,proto3" json:"remaining,omitempty"`
 	// Microseconds until the global bucket is full again.
-	ResetUs       int64 `protobuf:"varint,3,opt,name=reset_us,json=resetUs,proto3" json:"reset_us,omitempty"`
+	ResetUs int64 `protobuf:"varint,3,opt,name=reset_us,json=resetUs,proto3" json:"reset_us,omitempty"`
+	// The part of the key's refill rate its spenders' refill shares take, in
+	// millionths (0 to 1,000,000; 0 = none): the bucket refills at the rest.
+	// A spender that loses the allocator falls back to its own share plus
+	// the rest divided by active_spenders.
+	SharedPpm     uint32 `protobuf:"varint,4,opt,name=shared_ppm,json=sharedPpm,proto3" json:"shared_ppm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -860,6 +867,13 @@ func (x *DimSnapshot) GetRemaining() int64 {
 func (x *DimSnapshot) GetResetUs() int64 {
 	if x != nil {
 		return x.ResetUs
+	}
+	return 0
+}
+
+func (x *DimSnapshot) GetSharedPpm() uint32 {
+	if x != nil {
+		return x.SharedPpm
 	}
 	return 0
 }
@@ -1365,11 +1379,13 @@ const file_ration_lease_v1_lease_proto_rawDesc = "" +
 	"tokens_ppm\x18\x02 \x01(\rR\ttokensPpm\"z\n" +
 	"\bSnapshot\x128\n" +
 	"\brequests\x18\x01 \x01(\v2\x1c.ration.lease.v1.DimSnapshotR\brequests\x124\n" +
-	"\x06tokens\x18\x02 \x01(\v2\x1c.ration.lease.v1.DimSnapshotR\x06tokens\"\\\n" +
+	"\x06tokens\x18\x02 \x01(\v2\x1c.ration.lease.v1.DimSnapshotR\x06tokens\"{\n" +
 	"\vDimSnapshot\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12\x19\n" +
-	"\breset_us\x18\x03 \x01(\x03R\aresetUs\"w\n" +
+	"\breset_us\x18\x03 \x01(\x03R\aresetUs\x12\x1d\n" +
+	"\n" +
+	"shared_ppm\x18\x04 \x01(\rR\tsharedPpm\"w\n" +
 	"\x13ReserveAheadRequest\x12/\n" +
 	"\x06caller\x18\x01 \x01(\v2\x17.ration.lease.v1.CallerR\x06caller\x12/\n" +
 	"\x04keys\x18\x02 \x03(\v2\x1b.ration.lease.v1.KeyReserveR\x04keys\"\x9c\x01\n" +
