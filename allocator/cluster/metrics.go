@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"time"
+
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -18,9 +20,13 @@ import (
 //	ration_allocator_raft_apply_lag_entries          commit index - applied index on this node
 //	ration_allocator_raft_leader_changes_total       times this node learned of a leader (a new one, or one after a time without)
 //	ration_allocator_raft_snapshot_restores_total    snapshots the ledger restored
+//	ration_allocator_raft_last_contact_seconds       on a follower, since it last heard from the leader; 0 on the leader
 //
 // The lag is this node's, not per follower as the leader sees it: raft
-// v1.7 does not export its followers' match indexes. The applied index is
+// v1.7 does not export its followers' match indexes. A follower's
+// replication lag is therefore read on the follower: its last contact
+// with the leader, and the leader's commit index less its applied index
+// across the members' scrapes. The applied index is
 // the FSM's: raft's own applied_index also counts entries only queued for
 // the FSM. Entries that raft does not hand to the FSM (the no-op a new
 // leader appends, configuration changes) count as lag until the next
@@ -35,6 +41,7 @@ func (n *Node) RegisterMetrics(reg prometheus.Registerer) error {
 		lag:      prometheus.NewDesc("ration_allocator_raft_apply_lag_entries", "Committed entries this node has not applied (commit index - applied index).", nil, nil),
 		changes:  prometheus.NewDesc("ration_allocator_raft_leader_changes_total", "Times this node learned of a leader: a new one, or one after a time without.", nil, nil),
 		restores: prometheus.NewDesc("ration_allocator_raft_snapshot_restores_total", "Snapshots the ledger restored.", nil, nil),
+		contact:  prometheus.NewDesc("ration_allocator_raft_last_contact_seconds", "On a follower, seconds since it last heard from the leader (0 on the leader; from start if never).", nil, nil),
 	})
 }
 
@@ -56,12 +63,12 @@ func roleName(s raft.RaftState) string {
 }
 
 type nodeCollector struct {
-	n                                                         *Node
-	role, term, last, commit, applied, lag, changes, restores *prometheus.Desc
+	n                                                                  *Node
+	role, term, last, commit, applied, lag, changes, restores, contact *prometheus.Desc
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.role, c.term, c.last, c.commit, c.applied, c.lag, c.changes, c.restores} {
+	for _, d := range []*prometheus.Desc{c.role, c.term, c.last, c.commit, c.applied, c.lag, c.changes, c.restores, c.contact} {
 		ch <- d
 	}
 }
@@ -84,4 +91,12 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(commit-min(applied, commit)))
 	ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(c.n.leaderChanges.Load()))
 	ch <- prometheus.MustNewConstMetric(c.restores, prometheus.CounterValue, float64(c.n.fsm.Restores()))
+	var since float64
+	if state != raft.Leader {
+		since = time.Since(r.LastContact()).Seconds()
+		if r.LastContact().IsZero() {
+			since = time.Since(c.n.started).Seconds()
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.contact, prometheus.GaugeValue, since)
 }

@@ -121,6 +121,10 @@ func TestNodeMetrics(t *testing.T) {
 		if got := gauge(t, regs[i], "ration_allocator_raft_leader_changes_total", ""); got < 1 {
 			t.Fatalf("%s: %v leader changes, want at least the first leader", nd.ID(), got)
 		}
+		contact := gauge(t, regs[i], "ration_allocator_raft_last_contact_seconds", "")
+		if i == li && contact != 0 || i != li && (contact < 0 || contact > 5) {
+			t.Fatalf("%s: last contact %vs (leader: %v), want 0 on the leader and a heartbeat's age on a follower", nd.ID(), contact, i == li)
+		}
 	}
 
 	before := make([]float64, len(c.nodes))
@@ -143,6 +147,9 @@ func TestNodeMetrics(t *testing.T) {
 		if nd == nl {
 			if got := gauge(t, regs[i], "ration_allocator_raft_role", "leader"); got != 1 {
 				t.Fatalf("new leader %s: role leader %v", nd.ID(), got)
+			}
+			if got := gauge(t, regs[i], "ration_allocator_raft_last_contact_seconds", ""); got != 0 {
+				t.Fatalf("new leader %s: last contact %vs, want 0 on a leader", nd.ID(), got)
 			}
 			if got := gauge(t, regs[i], "ration_allocator_raft_term", ""); got <= term {
 				t.Fatalf("new leader %s: term %v, not past %v", nd.ID(), got, term)

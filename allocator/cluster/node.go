@@ -136,6 +136,10 @@ type Node struct {
 
 	observer      *raft.Observer
 	leaderChanges atomic.Uint64 // leader observations naming a leader
+	// started is when the node started, on the wall clock raft times its
+	// contacts with: a follower that never heard from a leader reports its
+	// last contact as the time since.
+	started time.Time
 
 	mu     sync.Mutex
 	closed bool
@@ -161,7 +165,7 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{id: id, trans: trans, fsm: fsm, log: lg}
+	n := &Node{id: id, trans: trans, fsm: fsm, log: lg, started: time.Now()}
 	switch {
 	case o.boltPath != "":
 		bs, err := raftboltdb.NewBoltStore(o.boltPath)
