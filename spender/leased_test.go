@@ -92,11 +92,13 @@ type simnet struct {
 	loseEvery   atomic.Int64 // lose every n-th reply; 0 = none
 	calls       atomic.Int64 // attempts that reached the allocator
 	lost        atomic.Int64
+	attempts    atomic.Int64 // every attempt, partitioned or not
 }
 
 var errPartition = connect.NewError(connect.CodeUnavailable, "partitioned")
 
 func (n *simnet) pass() error {
+	n.attempts.Add(1)
 	if n.partitioned.Load() {
 		return errPartition
 	}
@@ -677,6 +679,34 @@ func TestLeasedOutageFallsBackAtTheShare(t *testing.T) {
 		}
 		if bound := float64(rpm) + rho*outage.Seconds(); float64(admitted) > bound {
 			t.Fatalf("admitted %d in a %v outage, above capacity plus the rate (%.0f)", admitted, outage, bound)
+		}
+	})
+}
+
+// TestLeasedOutageRetriesSlowly: through a long outage a Limiter retries
+// its call with a backoff that grows to a quarter of the lease TTL (a
+// second if that is less), not to a second: its fallback admits at its
+// part of the key meanwhile, and a fleet's failed attempts would
+// otherwise be a tenth of its calls per admission. Backoffs are jittered
+// between half and the whole of it.
+func TestLeasedOutageRetriesSlowly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 10 * time.Second
+		f := newFleet(t, 1, ration.Limits{RPM: 600}, []allocator.Option{allocator.WithTTL(ttl)})
+		one := ration.Amount{Requests: 1}
+		f.run(100, 100*time.Millisecond, 1, []float64{1}, one)
+		f.nets[0].partitioned.Store(true)
+		before := f.nets[0].attempts.Load()
+		const outage = 120 * time.Second
+		f.run(int(outage/(100*time.Millisecond)), 100*time.Millisecond, 1, []float64{1}, one)
+		attempts := f.nets[0].attempts.Load() - before
+		// At most one attempt every ttl/8 (half the capped backoff) once it
+		// is reached, plus the doublings from 10 ms on the way.
+		if most := int64(outage/(ttl/8)) + 12; attempts > most {
+			t.Fatalf("%d attempts in a %v outage, want at most %d (backoff up to TTL/4)", attempts, outage, most)
+		}
+		if attempts < int64(outage/(ttl/4)) {
+			t.Fatalf("only %d attempts in a %v outage: the Limiter stopped retrying", attempts, outage)
 		}
 	})
 }

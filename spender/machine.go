@@ -368,7 +368,7 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 	}
 	jitter := time.Duration(lz.rng.Int64N(int64(c.backoff)/2 + 1))
 	c.resendAt = now.Add(c.backoff/2 + jitter)
-	c.backoff = min(2*c.backoff, time.Second)
+	c.backoff = min(2*c.backoff, max(time.Second, lz.leaseTTL()/4))
 	age := now.Sub(c.sent)
 	unreachable := age >= tune.SlowPathDeadline+tune.CallTimeout ||
 		!cut && (c.fails >= 3 || age >= tune.SlowPathDeadline)
