@@ -391,6 +391,12 @@ func (n *Node) Shutdown() error {
 	n.mu.Unlock()
 	err := n.raft.Shutdown().Error()
 	n.raft.DeregisterObserver(n.observer)
+	// Raft's shutdown closes a NetworkTransport's listener but not its
+	// pooled connections to the peers, whose goroutines serving them would
+	// then wait on them for as long as the peers run.
+	if cs, ok := n.trans.(interface{ CloseStreams() }); ok {
+		cs.CloseStreams()
+	}
 	n.closeStore()
 	return err
 }
