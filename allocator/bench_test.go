@@ -174,6 +174,16 @@ func (e echoService) Acquire(context.Context, *leasev1.AcquireRequest) (*leasev1
 
 func serveLoopback(b *testing.B, h leasev1connect.LeaseServiceHandler) string {
 	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	serveOn(b, ln, h)
+	return "http://" + ln.Addr().String()
+}
+
+// serveOn serves h's lease API on ln over HTTP/1.1 and h2c until b ends.
+func serveOn(b *testing.B, ln net.Listener, h leasev1connect.LeaseServiceHandler) {
 	// The production wiring (cmd/allocator mounts the same way), for echo
 	// and the allocator alike.
 	mux := http.NewServeMux()
@@ -184,13 +194,8 @@ func serveLoopback(b *testing.B, h leasev1connect.LeaseServiceHandler) string {
 	// As cmd/allocator: a durable reply waits for its commit, so a
 	// connection needs more concurrent streams than the default 100.
 	srv := &http.Server{Handler: mux, Protocols: p, HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1024}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
 	go srv.Serve(ln)
 	b.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String()
 }
 
 // loopbackCallers callers run concurrently, whatever GOMAXPROCS: enough

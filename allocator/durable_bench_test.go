@@ -39,22 +39,24 @@ import (
 // benchCallers: concurrent callers, as gateways would be.
 var benchCallers = flag.Int("durable.callers", 8, "BenchmarkDurableAcquire: concurrent callers")
 
-// runCallers makes b.N Acquire calls from *benchCallers goroutines, each a
-// spender of its own (epoch 1, sequence 1, 2, ...), through call. Every
-// call acquires the same 64 keys (the gateways share their keys'
-// budgets), all granted.
-func runCallers(b *testing.B, call func(c ledger.Caller, keys []ledger.AcquireKey) error) {
-	keys := benchKeys(64, "durable")
+// runCallers makes b.N Acquire calls from *benchCallers goroutines, each
+// a spender of its own ("gateway-0", "gateway-1", ...; epoch 1, sequence
+// 1, 2, ...): newCaller(id) is made for each before the timer starts, and
+// returns the function that makes that spender's call with a given
+// sequence.
+func runCallers(b *testing.B, newCaller func(id string) func(seq uint64) error) {
+	calls := make([]func(uint64) error, *benchCallers)
+	for g := range calls {
+		calls[g] = newCaller(fmt.Sprintf("gateway-%d", g))
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	cpu0 := cpuTime()
 	b.ResetTimer()
-	for g := range *benchCallers {
+	for _, call := range calls {
 		wg.Go(func() {
-			c := ledger.Caller{SpenderID: fmt.Sprintf("gateway-%d", g), Epoch: 1}
-			for next.Add(1) <= int64(b.N) {
-				c.Sequence++
-				if err := call(c, keys); err != nil {
+			for seq := uint64(1); next.Add(1) <= int64(b.N); seq++ {
+				if err := call(seq); err != nil {
 					b.Error(err)
 					return
 				}
@@ -66,6 +68,18 @@ func runCallers(b *testing.B, call func(c ledger.Caller, keys []ledger.AcquireKe
 	s := b.Elapsed().Seconds()
 	b.ReportMetric(float64(b.N)/s, "calls/s")
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
+}
+
+// ledgerCalls adapts call, which takes a ledger call, to runCallers. Every
+// call acquires the same 64 keys (the gateways share their keys'
+// budgets), all granted.
+func ledgerCalls(call func(c ledger.Caller, keys []ledger.AcquireKey) error) func(string) func(uint64) error {
+	keys := benchKeys(64, "durable")
+	return func(id string) func(uint64) error {
+		return func(seq uint64) error {
+			return call(ledger.Caller{SpenderID: id, Epoch: 1, Sequence: seq}, keys)
+		}
+	}
 }
 
 // countingLogs counts the leader's log writes (one fsync each).
@@ -84,34 +98,46 @@ func (c *countingLogs) StoreLogs(logs []*raft.Log) error {
 
 func (c *countingLogs) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
 
+// openJournal opens today's journal, as cmd/allocator runs it without
+// cluster flags (allocator.Open in a temp dir: bbolt, fsync on, the group
+// commit with the default 8 ms linger), with opts; it is closed when b
+// ends. report adds the commits' calls/commit and ms/commit since then.
+func openJournal(b *testing.B, opts ...allocator.Option) (l *allocator.Ledger, report func()) {
+	var commits, nanos atomic.Int64
+	opts = append(opts, allocator.WithCommitObserver(func(d time.Duration, _ error) {
+		commits.Add(1)
+		nanos.Add(int64(d))
+	}))
+	l, err := allocator.Open(filepath.Join(b.TempDir(), "ledger.db"), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	c0, n0 := commits.Load(), nanos.Load()
+	return l, func() {
+		if n := commits.Load() - c0; n > 0 {
+			b.ReportMetric(float64(b.N)/float64(n), "calls/commit")
+			b.ReportMetric(float64(nanos.Load()-n0)/float64(n)/1e6, "ms/commit")
+		}
+	}
+}
+
 // BenchmarkDurableAcquire: see the top of the file.
 func BenchmarkDurableAcquire(b *testing.B) {
 	// journal: cmd/allocator's default commit linger (8 ms);
 	// journal-linger0: no linger, as raft's leader loop has none.
 	for _, name := range []string{"journal", "journal-linger0"} {
 		b.Run(name, func(b *testing.B) {
-			var commits, nanos atomic.Int64
-			opts := []allocator.Option{allocator.WithCommitObserver(func(d time.Duration, _ error) {
-				commits.Add(1)
-				nanos.Add(int64(d))
-			})}
+			var opts []allocator.Option
 			if name == "journal-linger0" {
 				opts = append(opts, allocator.WithCommitLinger(0))
 			}
-			l, err := allocator.Open(filepath.Join(b.TempDir(), "ledger.db"), opts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			c0, n0 := commits.Load(), nanos.Load()
-			runCallers(b, func(c ledger.Caller, keys []ledger.AcquireKey) error {
+			l, report := openJournal(b, opts...)
+			runCallers(b, ledgerCalls(func(c ledger.Caller, keys []ledger.AcquireKey) error {
 				_, err := l.Acquire(context.Background(), c, keys)
 				return err
-			})
-			if n := commits.Load() - c0; n > 0 {
-				b.ReportMetric(float64(b.N)/float64(n), "calls/commit")
-				b.ReportMetric(float64(nanos.Load()-n0)/float64(n)/1e6, "ms/commit")
-			}
+			}))
+			report()
 		})
 	}
 	b.Run("raft1", func(b *testing.B) {
@@ -136,10 +162,10 @@ func BenchmarkDurableAcquire(b *testing.B) {
 		}
 		awaitLeader(b, nd)
 		w0, n0 := logs.writes.Load(), logs.nanos.Load()
-		runCallers(b, func(c ledger.Caller, keys []ledger.AcquireKey) error {
+		runCallers(b, ledgerCalls(func(c ledger.Caller, keys []ledger.AcquireKey) error {
 			_, err := nd.Apply(context.Background(), ledger.Acquire{Now: ledger.InstantOf(time.Now()), Caller: c, Keys: keys})
 			return err
-		})
+		}))
 		logs.report(b, w0, n0)
 	})
 	// replicated: the wired path with cmd/allocator's default linger;
@@ -170,10 +196,10 @@ func BenchmarkDurableAcquire(b *testing.B) {
 			}
 			awaitLeader(b, nd)
 			w0, n0 := logs.writes.Load(), logs.nanos.Load()
-			runCallers(b, func(c ledger.Caller, keys []ledger.AcquireKey) error {
+			runCallers(b, ledgerCalls(func(c ledger.Caller, keys []ledger.AcquireKey) error {
 				_, err := l.Acquire(context.Background(), c, keys)
 				return err
-			})
+			}))
 			logs.report(b, w0, n0)
 		})
 	}

@@ -42,6 +42,12 @@ var (
 	// exactly-once record answers it from the stored reply if it was
 	// applied, and it is applied once otherwise.
 	ErrOutcomeUnknown = cluster.ErrOutcomeUnknown
+
+	// ErrClockBehind: a replicated Ledger's leader whose clock is further
+	// behind the latest instant its ledger applied than it may wait for
+	// (the raft election timeout) refused the call. Nothing was proposed;
+	// retry the same call (later, or at the next leader).
+	ErrClockBehind = errors.New("allocator: the leader's clock is behind the ledger's latest instant")
 )
 
 // NotLeaderError is a replicated Ledger's answer on a member that is not

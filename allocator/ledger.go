@@ -113,7 +113,8 @@ func (l *Ledger) apply(cmd func(now bucket.Instant) ledger.Command) (any, error)
 // It returns an error wrapping ErrInvalidArgument (nothing changed),
 // ErrStaleEpoch, ErrStaleSequence, ErrSequenceReused, ErrEpochReleased,
 // ErrClosed, or ErrNotDurable (applied in memory, not yet committed); a
-// replicated Ledger also a *NotLeaderError or ErrOutcomeUnknown.
+// replicated Ledger also a *NotLeaderError, ErrOutcomeUnknown or
+// ErrClockBehind.
 func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*AcquireReply, error) {
 	r, err := l.acquire(c, keys)
 	if err != nil {
@@ -197,6 +198,7 @@ func (l *Ledger) Close() error {
 	l.closed = true
 	l.mu.Unlock()
 	if l.rep != nil {
+		l.rep.close()
 		return l.rep.node.Shutdown()
 	}
 	if l.st != nil {

@@ -27,6 +27,7 @@ type config struct {
 	linger         time.Duration
 	hook           func(stage string) error                                       // tests: called inside every commit
 	noSync         bool                                                           // tests: skip fsync
+	clockWait      time.Duration                                                  // tests: a replicated leader's longest wait for its clock; 0: the election timeout
 	applied        func(cmd ledger.Command, reply any, changed []byte, err error) // tests: every command, under the mutex
 }
 
@@ -107,6 +108,11 @@ func withHook(f func(stage string) error) Option {
 func withApplied(f func(cmd ledger.Command, reply any, changed []byte, err error)) Option {
 	return optionFunc(func(c *config) { c.applied = f })
 }
+
+// withClockWait is for tests: the longest a replicated Ledger's leader
+// waits for its clock to reach the latest applied Now (stamp), instead of
+// the raft election timeout.
+func withClockWait(d time.Duration) Option { return optionFunc(func(c *config) { c.clockWait = d }) }
 
 // withNoSync is for tests only: bbolt skips fsync. Never in production.
 func withNoSync() Option { return optionFunc(func(c *config) { c.noSync = true }) }

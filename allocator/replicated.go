@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator/cluster"
 	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/bucket"
@@ -38,7 +41,10 @@ type ClusterConfig struct {
 // applied through the log. Only the leader applies calls; a member that
 // is not the leader answers each with a *NotLeaderError naming the
 // leader's API URL. The leader stamps each log entry with its clock
-// (WithClock) and groups the calls that arrive while an entry is in
+// (WithClock), never with an instant before the latest one the ledger
+// applied: while its clock is behind that, it waits on it, up to the raft
+// election timeout, and refuses calls with ErrClockBehind beyond (nothing
+// applied). It groups the calls that arrive while an entry is in
 // flight into the next one (as the journal's group commit does, with the
 // same linger, WithCommitLinger); a call is answered once its entry is
 // committed by a majority and applied on this member.
@@ -59,7 +65,11 @@ func NewReplicated(cc ClusterConfig, opts ...Option) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &replicated{node: node, urls: maps.Clone(cc.APIURLs), now: l.now}
+	r := &replicated{node: node, urls: maps.Clone(cc.APIURLs), now: l.now, clock: l.cfg.clock,
+		maxBehind: l.cfg.clockWait, log: l.cfg.logger, stop: make(chan struct{})}
+	if r.maxBehind == 0 {
+		r.maxBehind = node.Raft().ReloadableConfig().ElectionTimeout
+	}
 	r.gc = newGroupCommit(l.cfg.linger, r.flush)
 	l.rep = r
 	return l, nil
@@ -84,10 +94,20 @@ const maxEntryCalls = 256
 // the queue and waits on the group commit, whose flush proposes what is
 // queued as one entry.
 type replicated struct {
-	node *cluster.Node
-	urls map[raft.ServerID]string // read-only after NewReplicated
-	now  func() bucket.Instant    // the Ledger's clock
-	gc   *groupCommit
+	node  *cluster.Node
+	urls  map[raft.ServerID]string // read-only after NewReplicated
+	now   func() bucket.Instant    // the Ledger's clock, as an instant
+	clock ration.Clock             // the same clock, to wait on
+	gc    *groupCommit
+	log   *slog.Logger
+	stop  chan struct{} // closed by close: a wait for the clock ends
+
+	// maxBehind is the longest a leader waits for its clock to reach the
+	// latest Now its ledger applied before it proposes (see stamp).
+	maxBehind time.Duration
+	// behind: the last stamp found the clock behind (for logging the
+	// change only). Written by flush, which runs on one goroutine at a time.
+	behind bool
 
 	mu       sync.Mutex // guards queue and appended
 	queue    []*proposal
@@ -137,7 +157,13 @@ func (r *replicated) flush() (uint64, error) {
 	if n == 0 {
 		return end, nil
 	}
-	now := r.now()
+	now, err := r.stamp()
+	if err != nil {
+		for _, p := range batch {
+			p.err = err
+		}
+		return end, nil
+	}
 	cmds := make([]ledger.Command, n)
 	for i, p := range batch {
 		cmds[i] = p.build(now)
@@ -154,6 +180,55 @@ func (r *replicated) flush() (uint64, error) {
 	}
 	return end, nil
 }
+
+// stamp returns the instant for the next entry: the clock's now, once it
+// is not behind the latest Now this member's ledger applied. Applied time
+// never goes back (the FSM raises an earlier Now to that instant), and a
+// reply's durations (Wait, RetryAfter) count from the applied instant; so
+// a leader whose clock is behind it, stamping its own now, would hand out
+// waits that end early by the difference on its clock, the one its
+// callers share. It waits on its clock instead, up to maxBehind in all
+// (the raft election timeout unless set: a stall no longer than a
+// failover, which spenders already ride through on their leases), and
+// beyond that refuses with ErrClockBehind, having proposed nothing.
+func (r *replicated) stamp() (bucket.Instant, error) {
+	floor, err := r.node.AppliedNow(context.Background())
+	if err != nil {
+		return 0, r.wrap(err)
+	}
+	var waited time.Duration
+	for {
+		now := r.now()
+		if now >= floor {
+			if r.behind {
+				r.behind = false
+				r.log.Info("allocator: the clock has passed the ledger's latest instant; proposing again", "waited", waited)
+			}
+			return now, nil
+		}
+		d := floor.Sub(now)
+		if !r.behind {
+			r.behind = true
+			r.log.Warn("allocator: this leader's clock is behind the latest instant the ledger applied; calls wait for it up to max_wait, and are refused beyond",
+				"behind", d, "max_wait", r.maxBehind)
+		}
+		if waited+d > r.maxBehind {
+			return 0, fmt.Errorf("%w by %v (a leader waits %v at most)", ErrClockBehind, d, r.maxBehind)
+		}
+		ch := make(chan struct{})
+		t := r.clock.AfterFunc(d, func() { close(ch) })
+		select {
+		case <-ch:
+		case <-r.stop:
+			t.Stop()
+			return 0, ErrClosed
+		}
+		waited += d
+	}
+}
+
+// close ends a wait for the clock (the Ledger is closing).
+func (r *replicated) close() { close(r.stop) }
 
 // wrap turns the node's errors into the Ledger's: a NotLeaderError with
 // the leader's API URL, ErrClosed after Shutdown.

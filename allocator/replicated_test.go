@@ -47,6 +47,14 @@ type members struct {
 
 func newMembers(t *testing.T, n int) *members {
 	t.Helper()
+	return newMembersWith(t, n, nil)
+}
+
+// newMembersWith is newMembers with more options for member i, opts(i),
+// after the shared clock (so a WithClock there gives it a clock of its
+// own); opts may be nil.
+func newMembersWith(t *testing.T, n int, opts func(i int) []Option) *members {
+	t.Helper()
 	m := &members{t: t, clk: newFakeClock(), urls: map[raft.ServerID]string{}, logs: &testkit.SyncBuffer{}}
 	logger := slog.New(slog.NewTextHandler(m.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var servers []raft.Server
@@ -62,8 +70,12 @@ func newMembers(t *testing.T, n int) *members {
 		servers = append(servers, raft.Server{ID: id, Address: addr})
 	}
 	for i, s := range servers {
+		lopts := []Option{WithClock(m.clk), WithLogger(logger)}
+		if opts != nil {
+			lopts = append(lopts, opts(i)...)
+		}
 		l, err := NewReplicated(ClusterConfig{ID: s.ID, Transport: m.trans[i], APIURLs: m.urls,
-			Node: []cluster.Option{cluster.WithRaftConfig(testRaft)}}, WithClock(m.clk), WithLogger(logger))
+			Node: []cluster.Option{cluster.WithRaftConfig(testRaft)}}, lopts...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -147,6 +147,8 @@ func codeOf(err error) *connect.Error {
 		// Before the context cases: a wait that ended with its context
 		// still left an entry that may be applied.
 		return connect.NewError(connect.CodeUnavailable, "allocator: outcome unknown; retry the same call").WithCause(err)
+	case errors.Is(err, ErrClockBehind):
+		return connect.NewError(connect.CodeUnavailable, "allocator: the leader's clock is behind the ledger's; retry the same call").WithCause(err)
 	case errors.Is(err, ErrClosed):
 		return connect.NewError(connect.CodeUnavailable, "allocator: shutting down").WithCause(err)
 	case errors.Is(err, ErrNotDurable):

@@ -36,6 +36,7 @@ func TestErrorTable(t *testing.T) {
 		{fmt.Errorf("%w: %w", ErrClosed, cluster.ErrClosed), connect.CodeUnavailable, "allocator: shutting down", ""},
 		{ErrClosed, connect.CodeUnavailable, "allocator: shutting down", ""},
 		{fmt.Errorf("%w: disk full", ErrNotDurable), connect.CodeUnavailable, "allocator: store unavailable; retry the same call", ""},
+		{fmt.Errorf("%w by 5s (a leader waits 1s at most)", ErrClockBehind), connect.CodeUnavailable, "allocator: the leader's clock is behind the ledger's; retry the same call", ""},
 		{context.Canceled, connect.CodeCanceled, "allocator: canceled", ""},
 		{context.DeadlineExceeded, connect.CodeDeadlineExceeded, "allocator: deadline exceeded", ""},
 		{errors.New("secret detail"), connect.CodeInternal, "allocator: internal error", ""},

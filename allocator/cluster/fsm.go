@@ -271,6 +271,15 @@ func (f *FSM) Stats() ledger.Stats {
 	return f.state.Stats()
 }
 
+// AppliedNow returns the latest Now the FSM has applied (or restored):
+// a command proposed at an earlier instant is applied at this one
+// (clampNow). 0 before any command. It waits for an Apply in progress.
+func (f *FSM) AppliedNow() bucket.Instant {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
 // AppliedIndex returns the last log index the FSM has applied or
 // restored. It does not wait for an Apply in progress.
 func (f *FSM) AppliedIndex() uint64 { return f.index.Load() }

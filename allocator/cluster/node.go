@@ -14,6 +14,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/rationhq/ration/allocator/ledger"
+	"github.com/rationhq/ration/bucket"
 )
 
 // ErrNotLeader is wrapped by a *NotLeaderError: the node is not the
@@ -136,6 +137,7 @@ type Node struct {
 
 	observer      *raft.Observer
 	leaderChanges atomic.Uint64 // leader observations naming a leader
+	barrierTerm   atomic.Uint64 // the last term in which AppliedNow's barrier completed
 	// started is when the node started, on the wall clock raft times its
 	// contacts with: a follower that never heard from a leader reports its
 	// last contact as the time since.
@@ -354,6 +356,44 @@ func (n *Node) ApplyBatch(ctx context.Context, cmds []ledger.Command) ([]Result,
 	}
 }
 
+// AppliedNow returns, on the leader, the latest Now its ledger has
+// applied (FSM.AppliedNow) once it has applied every entry committed
+// before its current term: a command proposed at that instant or later is
+// applied at its own Now, not raised by the clamp. A new leader may hold
+// entries its predecessor committed that it has not applied yet, so the
+// first call in each term waits for a raft barrier (one log entry, no
+// command). On a follower it returns a *NotLeaderError, after Shutdown
+// ErrClosed.
+func (n *Node) AppliedNow(ctx context.Context) (bucket.Instant, error) {
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		return 0, ErrClosed
+	}
+	if n.raft.State() != raft.Leader {
+		addr, id := n.raft.LeaderWithID()
+		return 0, &NotLeaderError{Leader: addr, LeaderID: id}
+	}
+	// Read before the barrier: if the term moves on meanwhile, the next
+	// call runs a barrier again (a spare one, never a missing one).
+	term := n.raft.CurrentTerm()
+	if n.barrierTerm.Load() != term {
+		if err := n.wait(ctx, n.raft.Barrier(timeout(ctx))); err != nil {
+			var nle *NotLeaderError
+			switch {
+			case errors.As(err, &nle):
+				nle.Unknown = false // a barrier carries no command
+			case errors.Is(err, raft.ErrRaftShutdown):
+				err = ErrClosed
+			}
+			return 0, err
+		}
+		n.barrierTerm.Store(term)
+	}
+	return n.fsm.AppliedNow(), nil
+}
+
 // wait waits for f and maps raft's errors to the package's.
 func (n *Node) wait(ctx context.Context, f raft.Future) error {
 	var err error
@@ -395,6 +435,12 @@ func (n *Node) Shutdown() error {
 	n.mu.Unlock()
 	err := n.raft.Shutdown().Error()
 	n.raft.DeregisterObserver(n.observer)
+	// Raft's shutdown closes a NetworkTransport's listener but not its
+	// pooled connections to the peers, whose goroutines serving them would
+	// then wait on them for as long as the peers run.
+	if cs, ok := n.trans.(interface{ CloseStreams() }); ok {
+		cs.CloseStreams()
+	}
 	n.closeStore()
 	return err
 }
