@@ -28,8 +28,10 @@ import (
 //
 //   - the leader killed (Shutdown) and later restarted from its stores;
 //   - a node (the leader or a follower) cut off from the others, and later
-//     reconnected; a call sent to a cut-off leader is lost (its outcome
-//     unknown) and retried at the new leader;
+//     reconnected;
+//   - a call in flight to the leader when it is killed or cut off, and a
+//     call sent to a leader cut off: lost (the outcome unknown: it may
+//     have been committed) and sent again at the new leader;
 //   - a follower restarted from its stores at once;
 //   - a snapshot taken on every running node, compacting its log, so that
 //     a node cut off or restarted catches up from the leader's snapshot;
@@ -49,12 +51,17 @@ import (
 // after it was answered, differs from it); and, after every fault is
 // healed, that all replicas hold the reference's state byte for byte.
 //
-// Each seed is a subtest; a failing one is replayed with
-// -run 'TestClusterPropertyBoundAndReturns/seed=N$' (its draws are the
-// same; raft's timing is not, so a failure that depends on it may need a
-// few runs). -cluster.seeds runs more seeds.
+// Each seed is a subtest; a failing one prints its trace (steps and
+// attempts) and is replayed with
+// -run 'TestClusterPropertyBoundAndReturns/seeds/seed=N$' (its draws are
+// the same; raft's timing is not, so a failure that depends on it may
+// need a few runs). -cluster.seeds runs more seeds.
 
-var propSeeds = flag.Int("cluster.seeds", 16, "TestClusterPropertyBoundAndReturns: seeds to run (0 to n-1)")
+// defaultPropSeeds is how many seeds the test runs by default;
+// -cluster.seeds runs more (or fewer).
+const defaultPropSeeds = 16
+
+var propSeeds = flag.Int("cluster.seeds", defaultPropSeeds, "TestClusterPropertyBoundAndReturns: seeds to run (0 to n-1)")
 
 // propSteps is the number of steps of one run.
 const propSteps = 80
@@ -75,7 +82,7 @@ func TestClusterPropertyBoundAndReturns(t *testing.T) {
 			})
 		}
 	})
-	if t.Failed() || ran < 16 {
+	if t.Failed() || ran < defaultPropSeeds {
 		return
 	}
 	// The fixed seeds inject every fault: this fails if a change to the
@@ -92,8 +99,10 @@ func TestClusterPropertyBoundAndReturns(t *testing.T) {
 		{"snapshots", total.snapshots},
 		{"snapshots installed by the leader", total.installs},
 		{"calls whose outcome was unknown", total.unknown},
+		{"calls applied by an attempt whose outcome was unknown", total.lostApplied},
 		{"retries of answered calls", total.retriedAnswered},
 		{"duplicates", total.duplicates},
+		{"calls in flight to a leader killed or cut off", total.inFlight},
 		{"batches", total.batches},
 		{"stale calls", total.stale},
 	} {
@@ -115,6 +124,7 @@ type propStats struct {
 	lostApplied     int // commands such an attempt had applied (the retry got the stored reply)
 	retriedAnswered int // calls sent again after the ledger had answered them (lost replies, duplicates)
 	duplicates      int // duplicate-delivery sends
+	inFlight        int // calls in flight to a leader killed or cut off
 	batches         int // entries of several spenders' calls
 	stale           int // old calls delivered late
 }
@@ -130,6 +140,7 @@ func (s *propStats) add(o propStats) {
 	s.lostApplied += o.lostApplied
 	s.retriedAnswered += o.retriedAnswered
 	s.duplicates += o.duplicates
+	s.inFlight += o.inFlight
 	s.batches += o.batches
 	s.stale += o.stale
 }
@@ -148,7 +159,7 @@ func propFaults(rc *raft.Config) {
 // a majority can always commit).
 type propRun struct {
 	t   *testing.T
-	r   *boundcheck.Seeded
+	rnd *boundcheck.Seeded
 	clk *fakeclock.Clock
 	c   *testCluster
 	m   *boundcheck.Model
@@ -166,7 +177,7 @@ type propRun struct {
 }
 
 func runClusterProperty(t *testing.T, seed uint64) propStats {
-	r := &propRun{t: t, r: boundcheck.NewSeeded(t, seed), clk: fakeclock.New(), impaired: -1}
+	r := &propRun{t: t, rnd: boundcheck.NewSeeded(t, seed), clk: fakeclock.New(), impaired: -1}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("trace:\n%s", strings.Join(r.trace, "\n"))
@@ -176,7 +187,7 @@ func runClusterProperty(t *testing.T, seed uint64) propStats {
 	// The ledger as the allocator configures it by default, but for the
 	// strictness the model draws: sessions kept an hour, so that every
 	// retry within a run finds its stored reply.
-	cfg := ledger.Config{TTL: boundcheck.TTL, Strict: r.r.Bool("strict"), Retention: time.Hour}
+	cfg := ledger.Config{TTL: boundcheck.TTL, Strict: r.rnd.Bool("strict"), Retention: time.Hour}
 	r.c = newClusterWith(t, 3, cfg, propFaults)
 	r.startRestores = make([]int, len(r.c.nodes))
 	ref, err := ledger.New(cfg)
@@ -184,9 +195,9 @@ func runClusterProperty(t *testing.T, seed uint64) propStats {
 		t.Fatal(err)
 	}
 	r.ref = ref
-	r.m = boundcheck.New(r.r, r.clk, cfg.Strict, r)
+	r.m = boundcheck.New(r.rnd, r.clk, cfg.Strict, r)
 	for i := range 3 {
-		r.m.AddSpender(fmt.Sprintf("s%d", i), i == 2 && r.r.Bool("liar"))
+		r.m.AddSpender(fmt.Sprintf("s%d", i), i == 2 && r.rnd.Bool("liar"))
 	}
 	// Bootstrap gave the configuration to one node: a first command, on
 	// every node, makes a cluster whose leader can be killed at once.
@@ -204,13 +215,13 @@ func runClusterProperty(t *testing.T, seed uint64) propStats {
 // step draws one step, a model spender's action or a fault, by weight.
 func (r *propRun) step(i int) {
 	sp := r.m.Spenders()
-	pick := func() *boundcheck.Spender { return sp[r.r.IntRange(0, len(sp)-1, "who")] }
+	pick := func() *boundcheck.Spender { return sp[r.rnd.IntRange(0, len(sp)-1, "who")] }
 	steps := []struct {
 		weight int
 		name   string
 		do     func()
 	}{
-		{4, "advance", func() { r.m.Advance(time.Duration(r.r.Int64Range(0, 15_000, "ms")) * time.Millisecond) }},
+		{4, "advance", func() { r.m.Advance(time.Duration(r.rnd.Int64Range(0, 15_000, "ms")) * time.Millisecond) }},
 		{5, "acquire", func() { r.m.Acquire(pick()) }},
 		{2, "reserve", func() { r.m.Reserve(pick()) }},
 		{3, "consume", func() { r.m.Consume() }},
@@ -220,8 +231,8 @@ func (r *propRun) step(i int) {
 		{1, "spender restart", func() { r.m.NewEpoch(pick()) }},
 		{1, "sweep", func() { r.propose(ledger.Sweep{Now: r.m.Now()}) }},
 		{1, "batch", r.batch},
-		{2, "kill the leader", r.kill},
-		{2, "cut a node off", func() { r.cutOff(r.r.IntRange(0, 2, "which")) }},
+		{2, "kill the leader", func() { r.kill(r.rnd.Bool("in flight")) }},
+		{2, "cut a node off", func() { r.cutOff(r.rnd.IntRange(0, 2, "which"), r.rnd.Bool("in flight")) }},
 		{2, "heal", r.heal},
 		{1, "restart a follower", r.restartFollower},
 		{1, "snapshot", r.snapshot},
@@ -230,7 +241,7 @@ func (r *propRun) step(i int) {
 	for _, st := range steps {
 		total += st.weight
 	}
-	n := r.r.IntRange(0, total-1, "step")
+	n := r.rnd.Choice(total)
 	for _, st := range steps {
 		if n < st.weight {
 			r.note("step %d (at %d): %s", i, r.m.Now(), st.name)
@@ -250,7 +261,7 @@ func (r *propRun) Send(s *boundcheck.Spender, c *boundcheck.Call) (any, bool) {
 	}
 	cmd := c.Command(r.m.Now())
 	var res Result
-	switch mode := r.r.IntRange(0, 9, "deliver"); mode {
+	switch mode := r.rnd.IntRange(0, 9, "deliver"); mode {
 	case 5: // to the node cut off first (a leader cut off loses it), then to the leader
 		r.stats.duplicates++
 		res = r.proposeAfter(r.toCutOff(cmd), []ledger.Command{cmd})[0]
@@ -325,7 +336,9 @@ func (r *propRun) proposeAfter(inDoubt bool, cmds []ledger.Command) []Result {
 	for {
 		ld := r.c.leader()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		start := time.Now()
 		res, err := ld.ApplyBatch(ctx, cmds)
+		took := time.Since(start).Round(time.Millisecond)
 		cancel()
 		if err == nil {
 			if ld.ID() != r.lastLeader {
@@ -334,11 +347,11 @@ func (r *propRun) proposeAfter(inDoubt bool, cmds []ledger.Command) []Result {
 				}
 				r.lastLeader = ld.ID()
 			}
-			r.note("%d commands at %s%s", len(cmds), ld.ID(), map[bool]string{true: " (in doubt)"}[inDoubt])
+			r.note("%d commands at %s%s: %v", len(cmds), ld.ID(), map[bool]string{true: " (in doubt)"}[inDoubt], took)
 			r.checkRef(cmds, res, inDoubt)
 			return res
 		}
-		r.note("%d commands at %s: %v", len(cmds), ld.ID(), err)
+		r.note("%d commands at %s: %v after %v", len(cmds), ld.ID(), err, took)
 		if errors.Is(err, ErrOutcomeUnknown) {
 			r.stats.unknown++
 			inDoubt = true
@@ -383,51 +396,44 @@ func (r *propRun) note(format string, args ...any) {
 	r.trace = append(r.trace, fmt.Sprintf(format, args...))
 }
 
-// toFollower sends cmd to a running follower, which must refuse it with
-// nothing applied (unless it has just become the leader: then its result
-// is checked like any other). It reports whether the outcome is unknown.
+// toFollower sends cmd to a running follower (the node cut off, if it
+// is one), which must refuse it; see sendTo.
 func (r *propRun) toFollower(cmd ledger.Command) (inDoubt bool) {
 	for i, nd := range r.c.nodes {
-		if r.c.down[i] || nd.IsLeader() {
-			continue
+		if !r.c.down[i] && !nd.IsLeader() {
+			return r.sendTo(nd, cmd)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		res, err := nd.ApplyBatch(ctx, []ledger.Command{cmd})
-		r.note("to follower %s: %v", nd.ID(), err)
-		switch {
-		case err == nil:
-			r.checkRef([]ledger.Command{cmd}, res, false)
-		case errors.Is(err, ErrOutcomeUnknown):
-			r.stats.unknown++
-			return true
-		case !errors.Is(err, ErrNotLeader):
-			r.t.Fatalf("follower %s: %v, want a NotLeaderError", nd.ID(), err)
-		}
-		return false
 	}
 	return false
 }
 
-// toCutOff sends cmd to the node cut off, if any: while it still takes
-// itself for the leader, the entry is lost (its outcome unknown, as it
-// cannot reach a majority); once it knows it is not, it refuses. It
-// reports whether the outcome is unknown.
+// toCutOff sends cmd to the node cut off, if any (see sendTo): while it
+// still takes itself for the leader, the entry is lost, as it cannot reach
+// a majority; once it knows it is not, it refuses.
 func (r *propRun) toCutOff(cmd ledger.Command) (inDoubt bool) {
 	if r.impaired < 0 || !r.isCut {
 		return false
 	}
-	nd := r.c.nodes[r.impaired]
+	return r.sendTo(r.c.nodes[r.impaired], cmd)
+}
+
+// sendTo sends cmd to nd, which is not the leader or soon will not be: it
+// refuses (nothing applied), or loses the entry (the outcome is unknown),
+// or, if it has just become the leader, applies it (the result is checked
+// like any other). It reports whether the outcome is unknown.
+func (r *propRun) sendTo(nd *Node, cmd ledger.Command) (inDoubt bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, err := nd.ApplyBatch(ctx, []ledger.Command{cmd})
-	r.note("to %s, cut off: %v", nd.ID(), err)
+	res, err := nd.ApplyBatch(ctx, []ledger.Command{cmd})
+	r.note("to %s, not the leader: %v", nd.ID(), err)
 	switch {
+	case err == nil:
+		r.checkRef([]ledger.Command{cmd}, res, false)
 	case errors.Is(err, ErrOutcomeUnknown):
 		r.stats.unknown++
 		return true
 	case !errors.Is(err, ErrNotLeader):
-		r.t.Fatalf("node %s, cut off: %v, want a NotLeaderError or an unknown outcome", nd.ID(), err)
+		r.t.Fatalf("%s: %v, want a NotLeaderError or an unknown outcome", nd.ID(), err)
 	}
 	return false
 }
@@ -524,11 +530,11 @@ func (r *propRun) batch() {
 	var who []*boundcheck.Spender
 	var cmds []ledger.Command
 	sp := r.m.Spenders()
-	first := r.r.IntRange(0, len(sp)-1, "first")
-	for j := range r.r.IntRange(2, 3, "size") {
+	first := r.rnd.IntRange(0, len(sp)-1, "first")
+	for j := range r.rnd.IntRange(2, 3, "size") {
 		s := sp[(first+j)%len(sp)]
 		var c *boundcheck.Call
-		if r.r.IntRange(0, 3, "reserves") == 0 {
+		if r.rnd.IntRange(0, 3, "reserves") == 0 {
 			c = r.m.PrepareReserve(s)
 		} else {
 			c = r.m.PrepareAcquire(s)
@@ -552,20 +558,21 @@ func (r *propRun) batch() {
 }
 
 // kill shuts the leader down (its stores survive), unless a node is
-// already down or cut off.
-func (r *propRun) kill() {
+// already down or cut off; if inFlight, while a call is in flight to it.
+func (r *propRun) kill(inFlight bool) {
 	if r.impaired >= 0 {
 		return
 	}
 	i := r.index(r.c.leader())
-	r.shutdown(i)
+	r.duringCall(inFlight, i, func() { r.shutdown(i) })
 	r.impaired, r.isCut = i, false
 	r.stats.killed++
 }
 
-// cutOff cuts off the leader (which < 1) or a follower, unless a node is
-// already down or cut off.
-func (r *propRun) cutOff(which int) {
+// cutOff cuts off the leader (which 0) or a follower, unless a node is
+// already down or cut off; the leader, if inFlight, while a call is in
+// flight to it.
+func (r *propRun) cutOff(which int, inFlight bool) {
 	if r.impaired >= 0 {
 		return
 	}
@@ -573,9 +580,70 @@ func (r *propRun) cutOff(which int) {
 	if which > 0 {
 		i = (i + which) % len(r.c.nodes)
 	}
-	r.c.disconnect(i)
+	r.duringCall(inFlight && which == 0, i, func() { r.c.disconnect(i) })
 	r.impaired, r.isCut = i, true
 	r.stats.cut++
+}
+
+// duringCall injects fault while a random spender's next Acquire is in
+// flight to node i, the leader (if inFlight, and the spender draws one).
+// The call may be answered before the fault, lost with the node (its
+// outcome unknown: it may have reached the others and be committed by
+// the next leader), or refused; the spender then sends it again at the
+// new leader, as it would, and takes the answer.
+func (r *propRun) duringCall(inFlight bool, i int, fault func()) {
+	var s *boundcheck.Spender
+	var c *boundcheck.Call
+	if inFlight {
+		sp := r.m.Spenders()
+		s = sp[r.rnd.IntRange(0, len(sp)-1, "who")]
+		c = r.m.PrepareAcquire(s)
+	}
+	if c == nil {
+		fault()
+		return
+	}
+	r.stats.inFlight++
+	cmds := []ledger.Command{c.Command(r.m.Now())}
+	nd := r.c.nodes[i]
+	type answer struct {
+		res []Result
+		err error
+	}
+	done := make(chan answer, 1)
+	last := nd.Raft().LastIndex()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		res, err := nd.ApplyBatch(ctx, cmds)
+		done <- answer{res, err}
+	}()
+	// In flight: in the leader's log (and perhaps already sent on), not
+	// yet answered.
+	deadline := time.Now().Add(waitFor)
+	for nd.Raft().LastIndex() == last && len(done) == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Microsecond) // poll interval
+	}
+	fault()
+	a := <-done
+	r.note("in flight to %s: %v", nd.ID(), a.err)
+	res := a.res
+	switch {
+	case a.err == nil:
+		r.checkRef(cmds, res, false)
+	case errors.Is(a.err, ErrOutcomeUnknown):
+		r.stats.unknown++
+		res = r.proposeAfter(true, cmds)
+	case errors.Is(a.err, ErrNotLeader), errors.Is(a.err, ErrClosed):
+		res = r.proposeAfter(false, cmds)
+	default:
+		r.t.Fatalf("call in flight to %s: %v", nd.ID(), a.err)
+	}
+	if res[0].Err != nil {
+		r.t.Fatalf("call %+v: %v", c.Caller, res[0].Err)
+	}
+	r.noteRestores()
+	r.m.Answer(s, res[0].Reply)
 }
 
 // heal restarts the node down, or reconnects the node cut off, and waits

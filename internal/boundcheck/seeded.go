@@ -48,6 +48,10 @@ func (s *Seeded) Int64Range(lo, hi int64, _ string) int64 {
 	return lo + int64(d)
 }
 
+// Choice returns one of 0 to n-1, uniformly (n > 0): for choosing among
+// steps, where Int64Range would favour the first and the last.
+func (s *Seeded) Choice(n int) int { return s.rnd.IntN(n) }
+
 // Bool returns true or false, each half the time.
 func (s *Seeded) Bool(string) bool { return s.rnd.IntN(2) == 0 }
 
