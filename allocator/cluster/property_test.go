@@ -32,7 +32,8 @@ import (
 //   - a call in flight to the leader when it is killed or cut off, and a
 //     call sent to a leader cut off: lost (the outcome unknown: it may
 //     have been committed) and sent again at the new leader;
-//   - a follower restarted from its stores at once;
+//   - a follower restarted from its stores at once, or every node in turn
+//     from a snapshot of its own (a rolling restart);
 //   - a snapshot taken on every running node, compacting its log, so that
 //     a node cut off or restarted catches up from the leader's snapshot;
 //   - a reply lost (the model draws it): the spender never sees it and
@@ -96,11 +97,13 @@ func TestClusterPropertyBoundAndReturns(t *testing.T) {
 		{"leaders killed", total.killed},
 		{"nodes cut off", total.cut},
 		{"followers restarted", total.restarted},
+		{"rolling restarts", total.rolling},
 		{"snapshots", total.snapshots},
 		{"snapshots installed by the leader", total.installs},
 		{"calls whose outcome was unknown", total.unknown},
 		{"calls applied by an attempt whose outcome was unknown", total.lostApplied},
 		{"retries of answered calls", total.retriedAnswered},
+		{"retries of answered calls after a node restored a snapshot", total.retriedRestored},
 		{"duplicates", total.duplicates},
 		{"calls in flight to a leader killed or cut off", total.inFlight},
 		{"batches", total.batches},
@@ -118,11 +121,13 @@ type propStats struct {
 	killed          int // leaders shut down
 	cut             int // nodes cut off
 	restarted       int // followers restarted at once
+	rolling         int // rolling restarts
 	snapshots       int // snapshot steps
 	installs        int // snapshots a node restored from the leader (not at its start)
 	unknown         int // attempts whose outcome was unknown (the call was retried)
 	lostApplied     int // commands such an attempt had applied (the retry got the stored reply)
 	retriedAnswered int // calls sent again after the ledger had answered them (lost replies, duplicates)
+	retriedRestored int // of those, after a node restored a snapshot (the reply is compared without its snapshots)
 	duplicates      int // duplicate-delivery sends
 	inFlight        int // calls in flight to a leader killed or cut off
 	batches         int // entries of several spenders' calls
@@ -134,11 +139,13 @@ func (s *propStats) add(o propStats) {
 	s.killed += o.killed
 	s.cut += o.cut
 	s.restarted += o.restarted
+	s.rolling += o.rolling
 	s.snapshots += o.snapshots
 	s.installs += o.installs
 	s.unknown += o.unknown
 	s.lostApplied += o.lostApplied
 	s.retriedAnswered += o.retriedAnswered
+	s.retriedRestored += o.retriedRestored
 	s.duplicates += o.duplicates
 	s.inFlight += o.inFlight
 	s.batches += o.batches
@@ -235,6 +242,7 @@ func (r *propRun) step(i int) {
 		{2, "cut a node off", func() { r.cutOff(r.rnd.IntRange(0, 2, "which"), r.rnd.Bool("in flight")) }},
 		{2, "heal", r.heal},
 		{1, "restart a follower", r.restartFollower},
+		{1, "rolling restart", r.rollingRestart},
 		{1, "snapshot", r.snapshot},
 	}
 	total := 0
@@ -256,8 +264,12 @@ func (r *propRun) step(i int) {
 // or not, and returns the cluster's answer. Every attempt carries the same
 // spender, epoch, sequence and body, stamped with the clock.
 func (r *propRun) Send(s *boundcheck.Spender, c *boundcheck.Call) (any, bool) {
+	r.noteRestores()
 	if c.Answered() {
 		r.stats.retriedAnswered++
+		if c.Restored() {
+			r.stats.retriedRestored++
+		}
 	}
 	cmd := c.Command(r.m.Now())
 	var res Result
@@ -672,6 +684,25 @@ func (r *propRun) restartFollower() {
 	r.shutdown(i)
 	r.start(i)
 	r.stats.restarted++
+}
+
+// rollingRestart restarts every node in turn from a snapshot of its own,
+// unless a node is already down or cut off: afterwards every node has
+// restored its state, so a retry is answered from a stored reply that was
+// decoded (its snapshots recomputed).
+func (r *propRun) rollingRestart() {
+	if r.impaired >= 0 {
+		return
+	}
+	r.stats.rolling++
+	for i, nd := range r.c.nodes {
+		if err := nd.Snapshot(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			r.t.Fatalf("snapshot on %s: %v", nd.ID(), err)
+		}
+		r.shutdown(i)
+		r.start(i)
+		r.converge()
+	}
 }
 
 // snapshot takes a snapshot on every running node, which compacts its log

@@ -129,6 +129,11 @@ func (c *Call) Command(now bucket.Instant) ledger.Command {
 // not the spender got the reply).
 func (c *Call) Answered() bool { return c.reply != nil }
 
+// Restored reports whether the model was told (Restarted) that the ledger
+// may have restored its state since the call was made: a retry's reply is
+// then compared without its snapshots.
+func (c *Call) Restored() bool { return c.restored }
+
 // Spender is a model spender: its pools, leases and shares per key, what
 // it reserved ahead, its latest call, and what the ledger's replies said
 // it holds, per epoch and key.
