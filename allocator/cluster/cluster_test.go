@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"testing"
@@ -57,8 +58,14 @@ type testCluster struct {
 	nodes  []*Node
 	trans  []*raft.InmemTransport
 	stores []*raft.InmemStore
-	snaps  []*raft.InmemSnapshotStore
-	down   []bool
+	// Each node's snapshots, in a directory of its own: raft's file store,
+	// as a deployment keeps them. (raft's in-memory store shows a snapshot
+	// as the latest while it is being written, so a leader sending its
+	// latest snapshot to a follower while it takes another reads it as it
+	// is written: a data race, and a partial snapshot sent.)
+	snaps []raft.SnapshotStore
+	dir   string // the nodes' snapshot directories are in it
+	down  []bool
 }
 
 // newCluster starts n connected nodes with ledgerCfg and bootstraps them
@@ -73,6 +80,7 @@ func newClusterWith(t testing.TB, n int, cfg ledger.Config, tune ...func(*raft.C
 	t.Helper()
 	c := &testCluster{t: t, cfg: cfg, tune: append([]func(*raft.Config){fastRaft}, tune...), logs: &syncBuffer{}}
 	c.logger = slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c.dir = t.TempDir() // before the cleanup below, which then runs first: nodes stop before their files go
 	t.Cleanup(func() {
 		for i, nd := range c.nodes {
 			if !c.down[i] {
@@ -101,7 +109,11 @@ func newClusterWith(t testing.TB, n int, cfg ledger.Config, tune ...func(*raft.C
 func (c *testCluster) add() *Node {
 	c.t.Helper()
 	i := len(c.nodes)
-	store, snaps := raft.NewInmemStore(), raft.NewInmemSnapshotStore()
+	store := raft.NewInmemStore()
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(c.dir, fmt.Sprintf("n%d", i)), 2, newHclog(c.logger))
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	c.nodes, c.trans, c.stores, c.snaps, c.down = append(c.nodes, nil), append(c.trans, nil), append(c.stores, store), append(c.snaps, snaps), append(c.down, true)
 	c.start(i)
 	return c.nodes[i]
