@@ -154,9 +154,9 @@ func (s *propStats) add(o propStats) {
 }
 
 // propFaults: raft as the other cluster tests run it, with snapshots
-// taken only by the test; a snapshot keeps the whole log (a run writes a
-// few hundred entries at most) but where the test compacts the leader's
-// (compactTrailing).
+// taken only by the test. A snapshot leaves the whole log in place (a run
+// writes at most a few hundred entries), but for the leader's in the
+// snapshot step, which leaves compactTrailing entries.
 //
 // Only the leader is compacted, and only between calls: a follower that
 // compacted its log past the entry the leader next names as the previous
