@@ -8,6 +8,7 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/bucket"
+	"github.com/rationhq/ration/internal/boundcheck"
 )
 
 // At saturation, spenders that renew their shares every TTL/2 and spend
@@ -28,7 +29,7 @@ func TestSharesCarryASaturatedKey(t *testing.T) {
 			type spender struct {
 				pool  ration.Amount
 				exp   bucket.Instant
-				share shareView
+				share boundcheck.ShareView
 				seq   uint64
 				next  bucket.Instant
 			}
@@ -44,7 +45,7 @@ func TestSharesCarryASaturatedKey(t *testing.T) {
 				var admitted int64
 				for i := range sp {
 					s := &sp[i]
-					s.share.accrue(lim, &s.pool, s.exp, now)
+					s.share.Accrue(lim, &s.pool, s.exp, now)
 					if now >= s.exp {
 						s.pool = ration.Amount{}
 					}
@@ -57,7 +58,7 @@ func TestSharesCarryASaturatedKey(t *testing.T) {
 							Held: s.pool, Demand: ration.Amount{Requests: 300}})
 						s.pool = s.pool.Add(r.Granted).Min(r.Held)
 						s.exp = now.Add(ttl)
-						s.share = s.share.renewed(r.Share, r.ShareBurst, now)
+						s.share = s.share.Renewed(r.Share, r.ShareBurst, now)
 						shared = shared || !r.Share.Zero()
 						s.next = now.Add(ttl / 2)
 					}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/internal/boundcheck"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -51,7 +52,7 @@ func TestStoreResumesExactly(t *testing.T) {
 	// The stored reply, but for the snapshots: the durable copy leaves them
 	// out, and a retry after a restart gets them from the keys' state now
 	// (k1's tokens went to b's reservation since).
-	if sansSnapshots(r2) != sansSnapshots(r1) {
+	if boundcheck.SansSnapshots(r2) != boundcheck.SansSnapshots(r1) {
 		t.Fatalf("retry after restart: %+v, want stored %+v", *r2, *r1)
 	}
 	if s := r2.Keys[0].Snapshot.Tokens; s.Limit != 600 || s.Remaining != 0 {

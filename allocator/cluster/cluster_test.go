@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"reflect"
 	"sync"
 	"testing"
@@ -50,20 +51,36 @@ func (s *syncBuffer) String() string {
 
 type testCluster struct {
 	t      testing.TB
+	cfg    ledger.Config // every node's
 	tune   []func(*raft.Config)
 	logs   *syncBuffer
 	logger *slog.Logger
 	nodes  []*Node
 	trans  []*raft.InmemTransport
 	stores []*raft.InmemStore
-	down   []bool
+	// Each node's snapshots, in a directory of its own: raft's file store,
+	// as a deployment keeps them. (raft's in-memory store shows a snapshot
+	// as the latest while it is being written, so a leader sending its
+	// latest snapshot to a follower while it takes another reads it as it
+	// is written: a data race, and a partial snapshot sent.)
+	snaps []raft.SnapshotStore
+	dir   string // the nodes' snapshot directories are in it
+	down  []bool
 }
 
-// newCluster starts n connected nodes and bootstraps them as one cluster.
+// newCluster starts n connected nodes with ledgerCfg and bootstraps them
+// as one cluster.
 func newCluster(t testing.TB, n int, tune ...func(*raft.Config)) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, tune: append([]func(*raft.Config){fastRaft}, tune...), logs: &syncBuffer{}}
+	return newClusterWith(t, n, ledgerCfg, tune...)
+}
+
+// newClusterWith is newCluster with the ledger's configuration cfg.
+func newClusterWith(t testing.TB, n int, cfg ledger.Config, tune ...func(*raft.Config)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, cfg: cfg, tune: append([]func(*raft.Config){fastRaft}, tune...), logs: &syncBuffer{}}
 	c.logger = slog.New(slog.NewTextHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c.dir = t.TempDir() // before the cleanup below, which then runs first: nodes stop before their files go
 	t.Cleanup(func() {
 		for i, nd := range c.nodes {
 			if !c.down[i] {
@@ -92,22 +109,47 @@ func newCluster(t testing.TB, n int, tune ...func(*raft.Config)) *testCluster {
 func (c *testCluster) add() *Node {
 	c.t.Helper()
 	i := len(c.nodes)
-	addr, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("mem%d", i)))
 	store := raft.NewInmemStore()
-	opts := []Option{WithStores(store, store), WithLogger(c.logger)}
-	for _, f := range c.tune {
-		opts = append(opts, WithRaftConfig(f))
-	}
-	nd, err := New(raft.ServerID(fmt.Sprintf("n%d", i)), tr, ledgerCfg, opts...)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(c.dir, fmt.Sprintf("n%d", i)), 2, newHclog(c.logger))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	for _, other := range c.trans {
-		other.Connect(addr, tr)
-		tr.Connect(other.LocalAddr(), other)
+	c.nodes, c.trans, c.stores, c.snaps, c.down = append(c.nodes, nil), append(c.trans, nil), append(c.stores, store), append(c.snaps, snaps), append(c.down, true)
+	c.start(i)
+	return c.nodes[i]
+}
+
+// start starts node i on its stores (its raft log and state, and its
+// snapshots) with a new transport, connected to every other node.
+func (c *testCluster) start(i int) {
+	c.t.Helper()
+	addr, tr := raft.NewInmemTransport(raft.ServerAddress(fmt.Sprintf("mem%d", i)))
+	opts := []Option{WithStores(c.stores[i], c.stores[i]), WithSnapshotStore(c.snaps[i]), WithLogger(c.logger)}
+	for _, f := range c.tune {
+		opts = append(opts, WithRaftConfig(f))
 	}
-	c.nodes, c.trans, c.stores, c.down = append(c.nodes, nd), append(c.trans, tr), append(c.stores, store), append(c.down, false)
-	return nd
+	nd, err := New(raft.ServerID(fmt.Sprintf("n%d", i)), tr, c.cfg, opts...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.nodes[i], c.trans[i], c.down[i] = nd, tr, false
+	for j, other := range c.trans {
+		if j != i && other != nil {
+			other.Connect(addr, tr)
+			tr.Connect(other.LocalAddr(), other)
+		}
+	}
+}
+
+// restart starts node i, shut down, again from its stores, as a process
+// restarted on the same disk would: it restores its latest snapshot and
+// replays its log after it.
+func (c *testCluster) restart(i int) {
+	c.t.Helper()
+	if !c.down[i] {
+		c.t.Fatalf("restart %s: it is running", c.nodes[i].ID())
+	}
+	c.start(i)
 }
 
 func (c *testCluster) shutdown(i int) {
@@ -181,7 +223,7 @@ func (c *testCluster) apply(cmds ...ledger.Command) []Result {
 
 // converge waits until every live node has applied the leader's last
 // applied index, and checks that their states are byte-identical. It
-// returns the state.
+// returns the state. Right after a leader change, call barrier first.
 func (c *testCluster) converge() []byte {
 	c.t.Helper()
 	target := c.leader().FSM().AppliedIndex()
@@ -189,7 +231,7 @@ func (c *testCluster) converge() []byte {
 	for {
 		var first []byte
 		var firstIdx uint64
-		same, behind := true, false
+		same, behind, seen := true, false, false
 		for i, nd := range c.nodes {
 			if c.down[i] {
 				continue
@@ -199,8 +241,8 @@ func (c *testCluster) converge() []byte {
 				behind = true
 				break
 			}
-			if first == nil {
-				first, firstIdx = st, idx
+			if !seen { // (not first == nil: an empty state is nil)
+				first, firstIdx, seen = st, idx, true
 			} else if idx != firstIdx || !bytes.Equal(st, first) {
 				same = false
 			}
@@ -212,12 +254,33 @@ func (c *testCluster) converge() []byte {
 			for i, nd := range c.nodes {
 				if !c.down[i] {
 					st, idx := nd.FSM().StateSnapshot()
-					c.t.Logf("%s: index %d, state %d bytes %x", nd.ID(), idx, len(st), st[:min(len(st), 32)])
+					c.t.Logf("%s: index %d, state %d bytes %x", nd.ID(), idx, len(st), st)
 				}
 			}
 			c.t.Fatalf("nodes did not converge on index >= %d within %v (behind %v)", target, waitFor, behind)
 		}
 		time.Sleep(2 * time.Millisecond) // poll interval
+	}
+}
+
+// barrier waits until the leader has applied every command committed
+// before it. A new leader applies the entries its predecessor committed
+// only once it has committed one of its own term: until then its FSM, and
+// every follower's, may lack the last commands, and converge would compare
+// states that are all behind. A barrier is such an entry (one the FSM does
+// not see: it counts as apply lag until the next command), and is answered
+// once the leader's FSM has applied everything before it.
+func (c *testCluster) barrier() {
+	c.t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		err := c.leader().Raft().Barrier(waitFor).Error()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("barrier on the leader: %v", err)
+		}
 	}
 }
 

@@ -145,6 +145,10 @@ type Node struct {
 
 	mu     sync.Mutex
 	closed bool
+
+	// stopped is closed once Shutdown has stopped raft: a future raft has
+	// not answered by then it never will (see wait).
+	stopped chan struct{}
 }
 
 // New starts a Node with the given id on trans, holding a ledger under
@@ -167,7 +171,7 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{id: id, trans: trans, fsm: fsm, log: lg, started: time.Now()}
+	n := &Node{id: id, trans: trans, fsm: fsm, log: lg, started: time.Now(), stopped: make(chan struct{})}
 	switch {
 	case o.boltPath != "":
 		bs, err := raftboltdb.NewBoltStore(o.boltPath)
@@ -394,18 +398,30 @@ func (n *Node) AppliedNow(ctx context.Context) (bucket.Instant, error) {
 	return n.fsm.AppliedNow(), nil
 }
 
-// wait waits for f and maps raft's errors to the package's.
+// wait waits for f, until ctx ends or the node is shut down, and maps
+// raft's errors to the package's.
+//
+// Raft never answers the future of an entry that was committed and queued
+// for the FSM when it shut down (its FSM goroutine stops first; see
+// https://github.com/hashicorp/raft/issues/498), so waiting on the future
+// alone could wait forever: once Shutdown has stopped raft, an unanswered
+// future is an unknown outcome. (That is also the answer if raft answered
+// just before and the goroutine waiting on the future has not passed it
+// on yet: unknown is always safe, the caller retries.) The goroutine
+// waiting on such a future stays blocked.
 func (n *Node) wait(ctx context.Context, f raft.Future) error {
 	var err error
-	if ctx.Done() == nil {
-		err = f.Error()
-	} else {
-		done := make(chan error, 1)
-		go func() { done <- f.Error() }()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	case <-n.stopped:
 		select {
 		case err = <-done:
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		default:
+			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, raft.ErrRaftShutdown)
 		}
 	}
 	switch {
@@ -424,7 +440,10 @@ func (n *Node) wait(ctx context.Context, f raft.Future) error {
 }
 
 // Shutdown stops the node (raft, then the store it opened). The other
-// members see it as failed until it is removed or restarted.
+// members see it as failed until it is removed or restarted. A call
+// waiting in Apply, ApplyBatch, AddVoter or RemoveServer returns with
+// raft's answer if raft gave one before it stopped, and with an error
+// wrapping ErrOutcomeUnknown otherwise.
 func (n *Node) Shutdown() error {
 	n.mu.Lock()
 	if n.closed {
@@ -434,6 +453,7 @@ func (n *Node) Shutdown() error {
 	n.closed = true
 	n.mu.Unlock()
 	err := n.raft.Shutdown().Error()
+	close(n.stopped)
 	n.raft.DeregisterObserver(n.observer)
 	// Raft's shutdown closes a NetworkTransport's listener but not its
 	// pooled connections to the peers, whose goroutines serving them would

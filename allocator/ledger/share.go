@@ -112,12 +112,14 @@ func (h *holding) accrue(to bucket.Instant) {
 
 // setShare replaces h's share at now with s of lim's rates and burst b:
 // accrual counts from now, and the holding may grow to b (or stays where
-// it is if higher).
+// it is if higher). Without a share every share field is zero, shareFrom
+// too: a key record leaves them out when no holding has a share, so a
+// replica that restored it must hold the same as one that did not.
 func (h *holding) setShare(s ration.Share, lim ration.Limits, b ration.Amount, now bucket.Instant) {
-	h.share, h.shareFrom, h.accrued = s, now, ration.Amount{}
+	h.share, h.shareFrom, h.accrued = s, 0, ration.Amount{}
 	h.shareLim, h.growTo = ration.Limits{}, ration.Amount{}
 	if !s.Zero() {
-		h.shareLim, h.growTo = ratesOf(lim), b
+		h.shareLim, h.growTo, h.shareFrom = ratesOf(lim), b, now
 	}
 }
 
