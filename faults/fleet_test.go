@@ -9,41 +9,56 @@ import (
 	"time"
 )
 
-// fleet is one allocator process and gateway-demo processes spending one
-// key through it: the setup of the allocator fault cases.
+// fleet is one allocator process, or a cluster of them, and gateway-demo
+// processes spending one key through it: the setup of the allocator fault
+// cases.
 type fleet struct {
-	alloc *allocatorProc
-	gws   []*gatewayProc
-	key   key
-	rpm   int
-	ttl   time.Duration
+	alloc   *allocatorProc // the lone allocator; nil with a cluster
+	cluster *allocCluster  // the cluster; nil with a lone allocator
+	gws     []*gatewayProc
+	name    string // fleetSpec.name
+	key     key
+	rpm     int
+	ttl     time.Duration
 }
 
 // fleetSpec says how many gateway processes, each with how many
 // instances, spend a key of rpm requests a minute from an allocator with
-// lease TTL ttl.
+// lease TTL ttl: one process, or with members > 0 a cluster of that many.
 type fleetSpec struct {
 	name      string // for spender ids and process names
 	rpm       int
 	ttl       time.Duration
 	procs     int
 	instances int
-	dataDir   string // the allocator's; "" = a temp dir
+	dataDir   string        // the lone allocator's; "" = a temp dir
+	members   int           // > 0: a cluster of this many members (startCluster), each on its own data dir
+	election  time.Duration // the cluster's election timeout
 }
 
 func startFleet(ctx context.Context, t *testing.T, s fleetSpec) *fleet {
 	t.Helper()
 	f := &fleet{key: key{Key: "sk-faults-" + s.name, ID: "faults-" + s.name, Tenant: "faults", RPM: s.rpm},
-		rpm: s.rpm, ttl: s.ttl}
-	f.alloc = startAllocator(ctx, t, s.ttl, s.dataDir)
+		name: s.name, rpm: s.rpm, ttl: s.ttl}
+	var alloc allocatorAddr
+	if s.members > 0 {
+		f.cluster = startCluster(ctx, t, s.members, s.ttl, s.election)
+		alloc = f.cluster
+	} else {
+		f.alloc = startAllocator(ctx, t, s.ttl, s.dataDir)
+		alloc = f.alloc
+	}
 	keys := writeKeys(t, f.key)
 	for i := range s.procs {
 		f.gws = append(f.gws, startGateway(ctx, t, fmt.Sprintf("gateway %d", i+1), gatewaySpec{
-			instances: s.instances, keysFile: keys, alloc: f.alloc,
-			spenderID: fmt.Sprintf("faults-%s-%d", s.name, i+1)}))
+			instances: s.instances, keysFile: keys, alloc: alloc, spenderID: fmt.Sprintf("faults-%s-%d", s.name, i+1)}))
 	}
 	return f
 }
+
+// spenderOf is the spender id of gateway process i's instance j (both
+// from 0): the demo names instance j of -spender-id P "P-(j+1)".
+func (f *fleet) spenderOf(i, j int) string { return fmt.Sprintf("faults-%s-%d-%d", f.name, i+1, j+1) }
 
 func (f *fleet) urls() []string { return urlsOf(f.gws...) }
 
