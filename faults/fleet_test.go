@@ -5,6 +5,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 )
@@ -99,43 +100,38 @@ func (f *fleet) waitLeased(ctx context.Context, t *testing.T, since gatewayCount
 	return time.Since(start)
 }
 
-// waitServed waits until every gateway instance is served by the
-// allocator again: out of fallback, with an Acquire answered since
-// since (readGateways of each instance). It returns how long that took.
-// Unlike waitLeased it does not wait for admissions from leases, which
-// after a long fallback come only once the key's bucket has paid off the
-// fallback admissions' debt (tens of seconds at this refill).
-func (f *fleet) waitServed(ctx context.Context, t *testing.T, since []gatewayCounts) time.Duration {
+// waitServed waits until every gateway instance counts the allocator as
+// reachable again: its fallback gauge 0 and its /readyz 200
+// (Limiter.Ready). It returns how long that took. Unlike waitLeased it
+// does not wait for admissions from leases, which after a long fallback
+// come only once the key's bucket has paid off the fallback admissions'
+// debt (tens of seconds at this refill; meanwhile the allocator answers
+// with the wait, so a spender may not even call).
+func (f *fleet) waitServed(ctx context.Context, t *testing.T) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var waiting []string
 	err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
 		waiting = waiting[:0]
-		for i, u := range f.urls() {
+		for _, u := range f.urls() {
 			c, err := readGateways(ctx, []string{u})
 			if err != nil {
 				return false, err
 			}
-			if c.inFallback > 0 || c.acquireOK <= since[i].acquireOK {
+			code, err := getStatus(ctx, u+"/readyz")
+			if err != nil {
+				return false, err
+			}
+			if c.inFallback > 0 || code != http.StatusOK {
 				waiting = append(waiting, u)
 			}
 		}
 		return len(waiting) == 0, nil
 	})
 	if err != nil {
-		t.Fatalf("gateway instances %v not served by the allocator again (in fallback, or no Acquire answered): %v", waiting, err)
+		t.Fatalf("gateway instances %v still count the allocator unreachable: %v", waiting, err)
 	}
 	return time.Since(start)
-}
-
-// eachGateway reads every gateway instance's counters, in f.urls() order.
-func (f *fleet) eachGateway(ctx context.Context, t *testing.T) []gatewayCounts {
-	t.Helper()
-	var out []gatewayCounts
-	for _, u := range f.urls() {
-		out = append(out, mustReadGateways(ctx, t, []string{u}))
-	}
-	return out
 }
 
 // finish stops the load and checks what every allocator fault case

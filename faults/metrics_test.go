@@ -149,7 +149,6 @@ type gatewayCounts struct {
 	leased        float64 // path="local" or "slow": from a lease the allocator granted
 	slow          float64 // path="slow": admitted after waiting for the allocator
 	acquireCalls  float64 // lease_calls_total{method="Acquire"}: call attempts, any result
-	acquireOK     float64 // lease_calls_total{method="Acquire",result="ok"}: calls answered
 	rateLimited   float64 // rejected_total{reason="rate_limited"}
 	inFallback    float64 // instances whose fallback gauge is 1 now
 	callErrors    float64 // lease_calls_total{result="error"}
@@ -175,7 +174,6 @@ func readGateways(ctx context.Context, urls []string) (gatewayCounts, error) {
 		c.leased += m.sum("ration_spender_admitted_total", "path", "local") + m.sum("ration_spender_admitted_total", "path", "slow")
 		c.slow += m.sum("ration_spender_admitted_total", "path", "slow")
 		c.acquireCalls += m.sum("ration_spender_lease_calls_total", "method", "Acquire")
-		c.acquireOK += m.sum("ration_spender_lease_calls_total", "method", "Acquire", "result", "ok")
 		c.rateLimited += m.sum("ration_spender_rejected_total", "reason", "rate_limited")
 		c.inFallback += m.sum("ration_spender_fallback")
 		c.callErrors += m.sum("ration_spender_lease_calls_total", "result", "error")
