@@ -5,6 +5,7 @@ package faults
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -72,7 +73,7 @@ func TestEveryWindowFindsOverAdmission(t *testing.T) {
 	}
 	none := []fallbackSample{{at(-0.1), at(-0.05), 0}, {at(25), at(25.1), 0}}
 	fallback60 := []fallbackSample{{at(-0.1), at(-0.05), 0}, {at(9.9), at(9.95), 0}, {at(10.6), at(10.65), 60}, {at(25), at(25.1), 60}}
-	fault := []fault{{"at 10 s", at(10), at(10.5)}}
+	fault := []fault{{"at 10 s", at(10), at(10.5)}, {"after the last admission", at(20.5), at(21)}}
 	for _, c := range []struct {
 		name     string
 		admits   []span
@@ -89,7 +90,8 @@ func TestEveryWindowFindsOverAdmission(t *testing.T) {
 		{name: "no sample after the run", admits: steady(), fallback: none[:1], err: "no fallback sample"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r, err := checkEveryWindow(windows{rpm: 60, ttl: 2 * time.Second, start: t0, admits: c.admits, fallback: c.fallback, faults: fault})
+			r, err := checkEveryWindow(windows{rpm: 60, ttl: 2 * time.Second, start: t0, end: at(22), admits: c.admits,
+				fallback: c.fallback, faults: fault})
 			if c.err != "" {
 				if err == nil || !strings.Contains(err.Error(), c.err) {
 					t.Fatalf("error %v, want %q", err, c.err)
@@ -104,6 +106,9 @@ func TestEveryWindowFindsOverAdmission(t *testing.T) {
 			}
 			if got := r.perFault[0].margin() < 0; got != c.spanned {
 				t.Errorf("tightest window spanning the fault: %v, want over its limit: %v", r.perFault[0], c.spanned)
+			}
+			if math.IsInf(r.perFault[1].limit, 1) {
+				t.Errorf("no window spans a fault after the last admission; the windows to the run's end do")
 			}
 			if n := len(c.admits); r.windows < n*n/4 {
 				t.Errorf("%d windows checked for %d admissions", r.windows, n)

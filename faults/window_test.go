@@ -124,6 +124,7 @@ type windows struct {
 	rpm      int           // the key's limit: C = rpm requests, ρ = rpm/60 a second
 	ttl      time.Duration // the allocator's lease TTL
 	start    time.Time     // before the first request (the key is fresh: nothing admitted, no debt before)
+	end      time.Time     // after the last answer
 	admits   []span        // the clients' requests answered 200
 	fallback []fallbackSample
 	faults   []fault // reported: the tightest window spanning each
@@ -200,6 +201,9 @@ func checkWindows(t *testing.T, w windows) windowReport {
 // answered before a, so for a given a the excess is largest at some b
 // that is a send instant, and for a given b at some a that is an answer
 // instant or the start; checking every such pair checks every window.
+// Windows that end at the run's end are checked too, so that a fault
+// after which nothing was admitted (the key's bucket paying off debt) is
+// still spanned by some.
 func checkEveryWindow(w windows) (windowReport, error) {
 	c, rho := float64(w.rpm), float64(w.rpm)/60
 	sent := make([]time.Time, 0, len(w.admits))
@@ -217,8 +221,8 @@ func checkEveryWindow(w windows) (windowReport, error) {
 		sentBy int
 		fbMost float64
 	}
-	ends := make([]end, len(sent))
-	for i, b := range sent {
+	ends := make([]end, len(sent)+1)
+	for i, b := range append(slices.Clone(sent), w.end) {
 		n, ok := fb.atMost(b)
 		if !ok {
 			return windowReport{}, fmt.Errorf("no fallback sample read after a request sent %v into the run", b.Sub(w.start))
