@@ -182,9 +182,7 @@ func checkAppliedOnce(ctx context.Context, t *testing.T, f *fleet, p *prober) {
 		m.signal(t, syscall.SIGTERM)
 	}
 	for _, m := range c.members {
-		if err := m.wait(ctx); err != nil {
-			t.Errorf("%s after SIGTERM: %v", m.name, err)
-		}
+		m.stopped(ctx, t, 20*time.Second)
 	}
 	cfg := ledger.Config{TTL: f.ttl, Retention: time.Hour} // cmd/allocator's, with -lease-ttl
 	var replays []*replay

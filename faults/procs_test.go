@@ -116,6 +116,34 @@ func (p *proc) kill(t *testing.T) {
 	}
 }
 
+// stopped waits up to d for the process to exit after SIGTERM, which
+// must end it with status 0. One still running then gets SIGQUIT, which
+// makes a Go program print every goroutine's stack before it exits, and
+// the test fails with its log (less the lines that only repeat) and those
+// stacks.
+func (p *proc) stopped(ctx context.Context, t *testing.T, d time.Duration) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, d)
+	err := p.wait(wctx)
+	cancel()
+	if p.exited() {
+		if err != nil {
+			t.Errorf("%s after SIGTERM: %v", p.name, err)
+		}
+		return
+	}
+	p.signal(t, syscall.SIGQUIT)
+	_ = p.wait(ctx)
+	var kept []string
+	for _, l := range strings.Split(p.logs.String(), "\n") {
+		if !strings.Contains(l, "failed to heartbeat to") && !strings.Contains(l, "failed to appendEntries to") {
+			kept = append(kept, l)
+		}
+	}
+	t.Errorf("%s (pid %d) still ran %v after SIGTERM; its log without raft's repeated failures, then its goroutines after SIGQUIT:\n%s",
+		p.name, p.pid(), d, strings.Join(kept, "\n"))
+}
+
 // wait waits for the process to exit, at most until ctx ends.
 func (p *proc) wait(ctx context.Context) error {
 	select {
