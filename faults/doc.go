@@ -34,7 +34,7 @@
 //
 // They need Linux and root (the full-disk case mounts a tmpfs, the
 // cluster case builds network namespaces with iproute2's ip), and take
-// about two and a half minutes on two cores. Every process a test starts
+// about three and a half minutes on two cores. Every process a test starts
 // is killed when the test ends, and its log is printed if the test
 // failed; see docs/faults.md for what each case measures.
 package faults

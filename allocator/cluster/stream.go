@@ -167,7 +167,7 @@ func PeerTLS(cert tls.Certificate, ca *x509.CertPool) (server, client *tls.Confi
 // pipelineDecode: forever. The follower's replication goroutine never
 // ends, so its heartbeats go on (it is never replicated to again, yet
 // never times out), and raft's Shutdown waits for that goroutine without
-// end. The fault suite's failover case met this once in about twenty
+// end. The fault suite's failover case met this once in some forty
 // runs: a member that became leader as its peers stopped (SIGTERM to all
 // three) still sent heartbeats to one of them, and to no other, over a
 // minute later, and never exited; of the waits in raft's replication,
