@@ -19,8 +19,12 @@ const (
 	failoverTTL      = 2 * time.Second        // lease TTL
 	failoverElection = 500 * time.Millisecond // -cluster-election-timeout
 	// failoverServe is how soon after losing its leader the cluster must
-	// answer a call again: ten election timeouts. Measured: about two.
+	// answer a call again: ten election timeouts. Measured: p50 0.89 s,
+	// p99 1.49 s (docs/cluster.md).
 	failoverServe = 5 * time.Second
+	// failoverKills is how many times the leader is killed: issue 17 asks
+	// for p50 and p99 over 20 kills, which the case logs. They take about
+	// 23 s of the case's 43 (one run); 5 would save about 17 s of CI.
 	failoverKills = 20
 )
 
@@ -66,6 +70,7 @@ func TestAllocatorClusterFailover(t *testing.T) {
 	}
 
 	// Leader kills.
+	killsFrom := time.Now()
 	for i := range failoverKills {
 		from := time.Now()
 		d := c.killLeader(ctx, t, p)
@@ -73,7 +78,8 @@ func TestAllocatorClusterFailover(t *testing.T) {
 		faults = append(faults, fault{fmt.Sprintf("leader kill %d", i+1), from, time.Now()})
 	}
 	kills := slices.Sorted(slices.Values(serve))
-	t.Logf("%d leader kills: served again p50 %v, p99 %v (nearest rank), min %v, after each %v", len(kills),
+	t.Logf("%d leader kills in %v: served again p50 %v, p99 %v (nearest rank), min %v, after each %v", len(kills),
+		time.Since(killsFrom).Round(time.Millisecond),
 		kills[(len(kills)-1)/2].Round(time.Millisecond), kills[(len(kills)*99+99)/100-1].Round(time.Millisecond),
 		kills[0].Round(time.Millisecond), roundAll(serve))
 
