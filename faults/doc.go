@@ -2,10 +2,11 @@
 
 // Package faults is ration's fault suite: Go tests that build
 // cmd/allocator and cmd/gateway-demo, run them as real processes on
-// loopback, hurt them the way production does (kill -9, SIGSTOP, a full
-// disk, idle and slow connections, declared bodies that never arrive, CPU
-// starvation, skewed traffic across processes) and check from counts what
-// ration promises under each:
+// loopback (an allocator cluster's members each in a network namespace of
+// their own), hurt them the way production does (kill -9, SIGSTOP, a
+// network partition, a full disk, idle and slow connections, declared
+// bodies that never arrive, CPU starvation, skewed traffic across
+// processes) and check from counts what ration promises under each:
 //
 //   - the over-admission bound of docs/bound.md, with fallback admissions
 //     bounded as docs/leasing.md states, for every case that sends traffic:
@@ -15,6 +16,10 @@
 //   - gateways keep serving through allocator faults (every answer is 200
 //     or 429, never a 5xx), and go back to leases once the allocator is
 //     back;
+//   - an allocator cluster serves again within seconds of losing its
+//     leader (killed, stopped or cut off), keeps the bound over every
+//     window spanning the loss, and applies no spender's call twice (its
+//     members' raft logs, replayed, say so);
 //   - servers cut idle connections and slow or absent bodies within their
 //     timeouts, and hold neither goroutines, file descriptors nor memory
 //     for them;
@@ -27,8 +32,9 @@
 //
 //	go test -tags faults -count=1 -v ./faults
 //
-// They need Linux and root (the full-disk case mounts a tmpfs), and take
-// about two and a half minutes on two cores. Every process a test starts
+// They need Linux and root (the full-disk case mounts a tmpfs, the
+// cluster case builds network namespaces with iproute2's ip), and take
+// about three and a half minutes on two cores. Every process a test starts
 // is killed when the test ends, and its log is printed if the test
 // failed; see docs/faults.md for what each case measures.
 package faults

@@ -5,45 +5,61 @@ package faults
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 )
 
-// fleet is one allocator process and gateway-demo processes spending one
-// key through it: the setup of the allocator fault cases.
+// fleet is one allocator process, or a cluster of them, and gateway-demo
+// processes spending one key through it: the setup of the allocator fault
+// cases.
 type fleet struct {
-	alloc *allocatorProc
-	gws   []*gatewayProc
-	key   key
-	rpm   int
-	ttl   time.Duration
+	alloc   *allocatorProc // the lone allocator; nil with a cluster
+	cluster *allocCluster  // the cluster; nil with a lone allocator
+	gws     []*gatewayProc
+	name    string // fleetSpec.name
+	key     key
+	rpm     int
+	ttl     time.Duration
 }
 
 // fleetSpec says how many gateway processes, each with how many
 // instances, spend a key of rpm requests a minute from an allocator with
-// lease TTL ttl.
+// lease TTL ttl: one process, or with members > 0 a cluster of that many.
 type fleetSpec struct {
 	name      string // for spender ids and process names
 	rpm       int
 	ttl       time.Duration
 	procs     int
 	instances int
-	dataDir   string // the allocator's; "" = a temp dir
+	dataDir   string        // the lone allocator's; "" = a temp dir
+	members   int           // > 0: a cluster of this many members (startCluster), each on its own data dir
+	election  time.Duration // the cluster's election timeout
 }
 
 func startFleet(ctx context.Context, t *testing.T, s fleetSpec) *fleet {
 	t.Helper()
 	f := &fleet{key: key{Key: "sk-faults-" + s.name, ID: "faults-" + s.name, Tenant: "faults", RPM: s.rpm},
-		rpm: s.rpm, ttl: s.ttl}
-	f.alloc = startAllocator(ctx, t, s.ttl, s.dataDir)
+		name: s.name, rpm: s.rpm, ttl: s.ttl}
+	var alloc allocatorAddr
+	if s.members > 0 {
+		f.cluster = startCluster(ctx, t, s.members, s.ttl, s.election)
+		alloc = f.cluster
+	} else {
+		f.alloc = startAllocator(ctx, t, s.ttl, s.dataDir)
+		alloc = f.alloc
+	}
 	keys := writeKeys(t, f.key)
 	for i := range s.procs {
 		f.gws = append(f.gws, startGateway(ctx, t, fmt.Sprintf("gateway %d", i+1), gatewaySpec{
-			instances: s.instances, keysFile: keys, alloc: f.alloc,
-			spenderID: fmt.Sprintf("faults-%s-%d", s.name, i+1)}))
+			instances: s.instances, keysFile: keys, alloc: alloc, spenderID: fmt.Sprintf("faults-%s-%d", s.name, i+1)}))
 	}
 	return f
 }
+
+// spenderOf is the spender id of gateway process i's instance j (both
+// from 0): the demo names instance j of -spender-id P "P-(j+1)".
+func (f *fleet) spenderOf(i, j int) string { return fmt.Sprintf("faults-%s-%d-%d", f.name, i+1, j+1) }
 
 func (f *fleet) urls() []string { return urlsOf(f.gws...) }
 
@@ -80,6 +96,40 @@ func (f *fleet) waitLeased(ctx context.Context, t *testing.T, since gatewayCount
 	if err != nil {
 		t.Fatalf("the gateways did not go back to leases (%.0f lease admissions since, want %.0f; %.0f instances in fallback): %v",
 			last.leased-since.leased, n, last.inFallback, err)
+	}
+	return time.Since(start)
+}
+
+// waitServed waits until every gateway instance counts the allocator as
+// reachable again: its fallback gauge 0 and its /readyz 200
+// (Limiter.Ready). It returns how long that took. Unlike waitLeased it
+// does not wait for admissions from leases, which after a long fallback
+// come only once the key's bucket has paid off the fallback admissions'
+// debt (tens of seconds at this refill; meanwhile the allocator answers
+// with the wait, so a spender may not even call).
+func (f *fleet) waitServed(ctx context.Context, t *testing.T) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var waiting []string
+	err := poll(ctx, 100*time.Millisecond, func() (bool, error) {
+		waiting = waiting[:0]
+		for _, u := range f.urls() {
+			c, err := readGateways(ctx, []string{u})
+			if err != nil {
+				return false, err
+			}
+			code, err := getStatus(ctx, u+"/readyz")
+			if err != nil {
+				return false, err
+			}
+			if c.inFallback > 0 || code != http.StatusOK {
+				waiting = append(waiting, u)
+			}
+		}
+		return len(waiting) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("gateway instances %v still count the allocator unreachable: %v", waiting, err)
 	}
 	return time.Since(start)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -58,9 +59,15 @@ type load struct {
 
 	mu      sync.Mutex
 	status  []map[int]int // per target: status code -> count; 0 = no answer (transport error)
+	admits  []span        // every request answered 200: when it was sent and answered
 	errs    []string      // a few transport errors, for messages
 	dropped int           // ticks with every worker busy and the queue full
 }
+
+// span is one request's life at its client: from just before it was sent
+// to just after its answer was read. The gateway admitted it somewhere
+// within.
+type span struct{ sent, answered time.Time }
 
 // newLoadClient is the clients' HTTP client: keep-alive connections to
 // every gateway, and a timeout well above the longest a gateway may hold
@@ -93,9 +100,14 @@ func startLoad(ctx context.Context, spec loadSpec) *load {
 	for range spec.workers {
 		wg.Go(func() {
 			for target := range jobs {
+				sent := time.Now()
 				code, err := sendChat(ctx, client, spec.targets[target], spec.key)
+				answered := time.Now()
 				l.mu.Lock()
 				l.status[target][code]++
+				if code == http.StatusOK {
+					l.admits = append(l.admits, span{sent, answered})
+				}
 				if err != nil && len(l.errs) < 5 {
 					l.errs = append(l.errs, err.Error())
 				}
@@ -192,7 +204,8 @@ func (l *load) count(code int) int {
 func (l *load) result() loadResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	r := loadResult{elapsed: l.end.Sub(l.start), dropped: l.dropped, errs: l.errs, byTarget: make([]map[int]int, len(l.status))}
+	r := loadResult{start: l.start, elapsed: l.end.Sub(l.start), dropped: l.dropped, errs: l.errs,
+		byTarget: make([]map[int]int, len(l.status)), admits: slices.Clone(l.admits)}
 	for i, m := range l.status {
 		r.byTarget[i] = map[int]int{}
 		for code, n := range m {
@@ -204,8 +217,10 @@ func (l *load) result() loadResult {
 
 // loadResult is what a load's clients saw.
 type loadResult struct {
+	start    time.Time     // before the first request
 	elapsed  time.Duration // before the first request to after the last answer
 	byTarget []map[int]int // per target: status -> count; 0 = transport error
+	admits   []span        // the requests answered 200, in the order answered
 	dropped  int
 	errs     []string
 }
@@ -218,9 +233,10 @@ func (r loadResult) count(code int) int {
 	return n
 }
 
-// plus is r and s counted together (their elapsed is r's).
+// plus is r and s counted together (their start and elapsed are r's).
 func (r loadResult) plus(s loadResult) loadResult {
-	out := loadResult{elapsed: r.elapsed, dropped: r.dropped + s.dropped, errs: append(append([]string(nil), r.errs...), s.errs...)}
+	out := loadResult{start: r.start, elapsed: r.elapsed, dropped: r.dropped + s.dropped,
+		errs: append(append([]string(nil), r.errs...), s.errs...), admits: append(slices.Clone(r.admits), s.admits...)}
 	for i := range max(len(r.byTarget), len(s.byTarget)) {
 		m := map[int]int{}
 		for _, src := range []loadResult{r, s} {

@@ -116,6 +116,34 @@ func (p *proc) kill(t *testing.T) {
 	}
 }
 
+// stopped waits up to d for the process to exit after SIGTERM, which
+// must end it with status 0. One still running then gets SIGQUIT, which
+// makes a Go program print every goroutine's stack before it exits, and
+// the test fails with its log (less the lines that only repeat) and those
+// stacks.
+func (p *proc) stopped(ctx context.Context, t *testing.T, d time.Duration) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, d)
+	err := p.wait(wctx)
+	cancel()
+	if p.exited() {
+		if err != nil {
+			t.Errorf("%s after SIGTERM: %v", p.name, err)
+		}
+		return
+	}
+	p.signal(t, syscall.SIGQUIT)
+	_ = p.wait(ctx)
+	var kept []string
+	for _, l := range strings.Split(p.logs.String(), "\n") {
+		if !strings.Contains(l, "failed to heartbeat to") && !strings.Contains(l, "failed to appendEntries to") {
+			kept = append(kept, l)
+		}
+	}
+	t.Errorf("%s (pid %d) still ran %v after SIGTERM; its log without raft's repeated failures, then its goroutines after SIGQUIT:\n%s",
+		p.name, p.pid(), d, strings.Join(kept, "\n"))
+}
+
 // wait waits for the process to exit, at most until ctx ends.
 func (p *proc) wait(ctx context.Context) error {
 	select {
@@ -252,16 +280,20 @@ func freePort(t *testing.T) string {
 // token is the bearer token of every allocator the suite starts.
 const token = "faults-token"
 
-// allocatorProc is cmd/allocator on a fixed loopback port and data
-// directory, so that it can be killed and started again in their place.
+// allocatorProc is cmd/allocator on a fixed address and data directory,
+// so that it can be killed and started again in their place: a loopback
+// port, or (a cluster member) its own address in a network namespace.
 type allocatorProc struct {
 	*proc
+	name      string // for process names: "allocator", "member m0"
 	addr      string
 	dataDir   string
 	tokenFile string
 	ttl       time.Duration
 	extra     []string
 	starts    int
+	net       *netLayout // non-nil: the process runs in net's namespace host
+	host      int
 }
 
 // startAllocator starts cmd/allocator with lease TTL ttl (and extra
@@ -273,29 +305,56 @@ func startAllocator(ctx context.Context, t *testing.T, ttl time.Duration, dataDi
 	if dataDir == "" {
 		dataDir = filepath.Join(dir, "data")
 	}
-	a := &allocatorProc{addr: freePort(t), dataDir: dataDir, tokenFile: filepath.Join(dir, "token"), ttl: ttl, extra: extra}
-	if err := os.WriteFile(a.tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	a := &allocatorProc{name: "allocator", addr: freePort(t), dataDir: dataDir, tokenFile: writeToken(t, dir), ttl: ttl, extra: extra}
 	a.restart(ctx, t)
 	return a
+}
+
+// writeToken writes the suite's token file in dir and returns its path.
+func writeToken(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "token")
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // restart starts a new allocator process in the place of the last one
 // (which must have exited) and waits until it is ready.
 func (a *allocatorProc) restart(ctx context.Context, t *testing.T) time.Duration {
 	t.Helper()
-	if a.proc != nil && !a.proc.exited() {
-		t.Fatalf("allocator restart while pid %d still runs", a.pid())
-	}
-	a.starts++
-	args := append([]string{"-listen", a.addr, "-data-dir", a.dataDir, "-token-file", a.tokenFile,
-		"-lease-ttl", a.ttl.String()}, a.extra...)
-	a.proc = startProc(t, fmt.Sprintf("allocator (start %d)", a.starts), bin.allocator, nil, args...)
+	a.launch(t)
 	return waitStatus(ctx, t, a.proc, a.url()+"/readyz", http.StatusOK)
 }
 
+// launch starts a new allocator process in the place of the last one
+// (which must have exited), without waiting for it.
+func (a *allocatorProc) launch(t *testing.T) {
+	t.Helper()
+	if a.proc != nil && !a.proc.exited() {
+		t.Fatalf("%s restart while pid %d still runs", a.name, a.pid())
+	}
+	a.starts++
+	path, args := bin.allocator, append([]string{"-listen", a.addr, "-data-dir", a.dataDir, "-token-file", a.tokenFile,
+		"-lease-ttl", a.ttl.String()}, a.extra...)
+	if a.net != nil {
+		path, args = a.net.command(a.host, path, args...)
+	}
+	a.proc = startProc(t, fmt.Sprintf("%s (start %d)", a.name, a.starts), path, nil, args...)
+}
+
 func (a *allocatorProc) url() string { return "http://" + a.addr }
+
+// allocatorAddr is where a gateway finds its allocator: one process, or
+// the members of a cluster.
+type allocatorAddr interface {
+	apiURL() string    // -allocator: one URL, or every member's, comma-separated
+	tokenPath() string // -token-file
+}
+
+func (a *allocatorProc) apiURL() string    { return a.url() }
+func (a *allocatorProc) tokenPath() string { return a.tokenFile }
 
 // gatewayProc is one cmd/gateway-demo process: its instances' base URLs.
 type gatewayProc struct {
@@ -307,10 +366,10 @@ type gatewayProc struct {
 type gatewaySpec struct {
 	instances int
 	keysFile  string
-	spenderID string         // -spender-id; "" = the demo's unique default
-	alloc     *allocatorProc // nil = the demo's embedded allocator
-	ttl       time.Duration  // the embedded allocator's lease TTL (with alloc == nil)
-	extra     []string       // more flags
+	spenderID string        // -spender-id; "" = the demo's unique default
+	alloc     allocatorAddr // nil = the demo's embedded allocator
+	ttl       time.Duration // the embedded allocator's lease TTL (with alloc == nil)
+	extra     []string      // more flags
 }
 
 // instanceListening is the demo's log line naming an instance's URL.
@@ -322,7 +381,7 @@ func startGateway(ctx context.Context, t *testing.T, name string, s gatewaySpec)
 	t.Helper()
 	args := []string{"-listen", "127.0.0.1:0", "-instances", strconv.Itoa(s.instances), "-keys", s.keysFile, "-drain", "2s"}
 	if s.alloc != nil {
-		args = append(args, "-allocator", s.alloc.url(), "-token-file", s.alloc.tokenFile)
+		args = append(args, "-allocator", s.alloc.apiURL(), "-token-file", s.alloc.tokenPath())
 	} else {
 		args = append(args, "-data", t.TempDir(), "-lease-ttl", s.ttl.String())
 	}

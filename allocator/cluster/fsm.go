@@ -44,6 +44,13 @@ func encodeEntry(cmds []ledger.Command) ([]byte, error) {
 	return b, nil
 }
 
+// DecodeEntry returns the commands of a log entry (the Data of a
+// raft.LogCommand entry), for tools that read a member's raft log: the
+// fault suite replays the logs of real members through an FSM to check
+// that no call was applied twice. An entry that does not decode is an
+// error wrapping ErrBadEntry.
+func DecodeEntry(data []byte) ([]ledger.Command, error) { return decodeEntry(data) }
+
 // decodeEntry decodes a whole entry, or fails without a command.
 func decodeEntry(b []byte) ([]ledger.Command, error) {
 	if len(b) == 0 || b[0] != entryVersion {
