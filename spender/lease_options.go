@@ -28,10 +28,12 @@ type FallbackPolicy uint8
 
 const (
 	// FallbackShare admits from a local bucket pair at the key's last known
-	// share: its limits divided by the number of spenders the allocator
-	// last reported active on the key (or, for a key never seen, on any
-	// key). While every spender does this the shares sum to the limit.
-	// Admissions are reported to the allocator as debt on recovery.
+	// share: per dimension, the spender's own refill share plus an even part,
+	// among the spenders the allocator last reported active on the key, of
+	// the rate no share took (without shares, the limits divided by that
+	// count; for a key never seen, by the count seen on any key). While
+	// every spender does this the shares sum to the limit. Admissions are
+	// reported to the allocator as debt on recovery.
 	FallbackShare FallbackPolicy = iota
 	// FailClosed rejects until the allocator answers again.
 	FailClosed
