@@ -42,13 +42,9 @@ func EncodeCommand(cmd Command) ([]byte, error) {
 	e.byte(commandVersion)
 	switch c := cmd.(type) {
 	case Acquire:
-		if err := encodableKeys(c.Caller, len(c.Keys), func(i int) string { return c.Keys[i].Key }); err != nil {
+		if err := e.keyedHead(cmdAcquire, c.Now, c.Caller, len(c.Keys), func(i int) string { return c.Keys[i].Key }); err != nil {
 			return nil, err
 		}
-		e.byte(cmdAcquire)
-		e.i(int64(c.Now))
-		e.caller(c.Caller)
-		e.u(uint64(len(c.Keys)))
 		for i := range c.Keys {
 			k := &c.Keys[i]
 			e.str(k.Key)
@@ -62,13 +58,9 @@ func EncodeCommand(cmd Command) ([]byte, error) {
 			e.amount(k.Demand)
 		}
 	case ReserveAhead:
-		if err := encodableKeys(c.Caller, len(c.Keys), func(i int) string { return c.Keys[i].Key }); err != nil {
+		if err := e.keyedHead(cmdReserve, c.Now, c.Caller, len(c.Keys), func(i int) string { return c.Keys[i].Key }); err != nil {
 			return nil, err
 		}
-		e.byte(cmdReserve)
-		e.i(int64(c.Now))
-		e.caller(c.Caller)
-		e.u(uint64(len(c.Keys)))
 		for i := range c.Keys {
 			k := &c.Keys[i]
 			e.str(k.Key)
@@ -77,13 +69,9 @@ func EncodeCommand(cmd Command) ([]byte, error) {
 			e.dur(k.MaxWait)
 		}
 	case Release:
-		if err := encodableKeys(c.Caller, len(c.Keys), func(i int) string { return c.Keys[i].Key }); err != nil {
+		if err := e.keyedHead(cmdRelease, c.Now, c.Caller, len(c.Keys), func(i int) string { return c.Keys[i].Key }); err != nil {
 			return nil, err
 		}
-		e.byte(cmdRelease)
-		e.i(int64(c.Now))
-		e.caller(c.Caller)
-		e.u(uint64(len(c.Keys)))
 		for i := range c.Keys {
 			k := &c.Keys[i]
 			e.str(k.Key)
@@ -101,6 +89,20 @@ func EncodeCommand(cmd Command) ([]byte, error) {
 }
 
 // encodableKeys refuses the lengths DecodeCommand bounds.
+// keyedHead checks a call with keys against the decoder's bounds
+// (encodableKeys) and writes what every such command starts with: its
+// kind, Now, caller and number of keys.
+func (e *enc) keyedHead(kind byte, now bucket.Instant, c Caller, n int, keyAt func(i int) string) error {
+	if err := encodableKeys(c, n, keyAt); err != nil {
+		return err
+	}
+	e.byte(kind)
+	e.i(int64(now))
+	e.caller(c)
+	e.u(uint64(n))
+	return nil
+}
+
 func encodableKeys(c Caller, n int, keyAt func(i int) string) error {
 	if len(c.SpenderID) > ration.MaxSpenderIDLen {
 		return inputErr("caller.spender_id", "%d bytes, at most %d", len(c.SpenderID), ration.MaxSpenderIDLen)
