@@ -21,6 +21,10 @@ const (
 	// prompt plus the mean of min(ceil(Exp(300)), 4096), which is within
 	// half a token of 300.5.
 	usedPerRequest = (minPrompt+maxPrompt)/2.0 + meanOutputTokens + 0.5
+	// A request's service time is time to first token, then a stream of
+	// ~66 tokens a second.
+	firstToken     = 300 * time.Millisecond
+	perOutputToken = 15 * time.Millisecond
 )
 
 // maxCharges is the most budgets a simulated request is charged to.
@@ -145,8 +149,7 @@ func (g *traffic) fill(r *request, t int64, live []int32) {
 	} else {
 		r.ch[0] = charge{cost: ration.Amount{Requests: 1, Tokens: prompt + declaredMaxTokens}, actual: ration.Amount{Requests: 1, Tokens: prompt + out}}
 	}
-	// Time to first token, then a stream of ~66 tokens a second.
-	r.service = int64(300*time.Millisecond/time.Microsecond) + out*15_000
+	r.service = int64((firstToken + time.Duration(out)*perOutputToken) / time.Microsecond)
 }
 
 // charges returns r's charges.
