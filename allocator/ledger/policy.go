@@ -122,10 +122,20 @@ type SharePolicy interface {
 // ShareDemand is what a SharePolicy sees for one spender, key and
 // dimension. Shares and demands are in millionths of the key's refill rate
 // (ration.ShareUnit is the whole rate).
+//
+// A demand may exceed the whole rate (a gateway offered twice the key's
+// limit asks 2,000,000), up to MaxShareDemand: capping it at the rate would
+// count a gateway offered 4× the limit like one offered 1×, and a
+// proportional split would then give it a quarter of its part.
 type ShareDemand struct {
-	Demand  uint32   // this spender's demand, capped at the whole rate
+	Demand  uint32   // this spender's demand
 	Demands []uint32 // the last demand of every spender holding a lease on the key, this one's included
 }
+
+// MaxShareDemand is the largest demand a ShareDemand carries, a thousand
+// times the key's rate (millionths): what a spender asks beyond it counts
+// as that.
+const MaxShareDemand = 1000 * ration.ShareUnit
 
 // ProportionalShare is the default share policy: every demand, raised by
 // Headroom, when the demands fit in the rate (the rest of the rate refills
@@ -162,20 +172,25 @@ func (p MaxMinShare) Share(d ShareDemand) uint32 {
 
 // Share implements SharePolicy.
 func (p ProportionalShare) Share(d ShareDemand) uint32 {
-	want := withHeadroom(d.Demand, p.Headroom)
+	want := raised(d.Demand, p.Headroom)
 	var sum uint64
 	for _, x := range d.Demands {
-		sum += uint64(withHeadroom(x, p.Headroom))
+		sum += raised(x, p.Headroom)
 	}
 	if sum > ration.ShareUnit {
-		want = uint32(uint64(want) * ration.ShareUnit / sum)
+		want = want * ration.ShareUnit / sum // want <= sum: no overflow past ShareUnit
 	}
-	return want
+	return uint32(min(want, ration.ShareUnit))
 }
 
-// withHeadroom raises a demand by h millionths, capped at the whole rate.
+// raised is a demand raised by h millionths, not capped.
+func raised(x, h uint32) uint64 {
+	return uint64(x) * (ration.ShareUnit + uint64(h)) / ration.ShareUnit
+}
+
+// withHeadroom is a demand raised by h millionths, capped at the whole rate.
 func withHeadroom(x, h uint32) uint32 {
-	return uint32(min(uint64(x)*(ration.ShareUnit+uint64(h))/ration.ShareUnit, ration.ShareUnit))
+	return uint32(min(raised(x, h), ration.ShareUnit))
 }
 
 // waterLevel is the max-min fair level for demands (each raised by h): the

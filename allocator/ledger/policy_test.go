@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/bucket"
 	"pgregory.net/rapid"
 )
 
@@ -49,6 +50,13 @@ func TestSharePolicies(t *testing.T) {
 		{"overload: the large ones share what is left", u, []uint32{u / 10, u, u}, u, 9 * u / 20, 10 * u / 21},
 		{"held by others: no more than is free", u / 2, []uint32{u / 2, u / 2}, u / 5, u / 5, u / 5},
 		{"alone", u / 3, []uint32{u / 3}, u, u / 3, u / 3},
+		// Demands above the whole rate count as they are: a gateway offered
+		// 4× the rate beside two offered half of it each takes 4/5 of the
+		// proportional split, not the 1/2 that capping every demand at the
+		// rate gave it.
+		{"overload beyond the rate: the busy one", 4 * u, []uint32{4 * u, u / 2, u / 2}, u, u / 3, 4 * u / 5},
+		{"overload beyond the rate: a quiet one", u / 2, []uint32{4 * u, u / 2, u / 2}, u, u / 3, u / 10},
+		{"demands at the cap", MaxShareDemand, []uint32{MaxShareDemand, MaxShareDemand}, u, u / 2, u / 2},
 		{"no demand", 0, []uint32{0, u}, u, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +101,30 @@ func TestShareOfOtherLimits(t *testing.T) {
 	} {
 		if got := h.shareOf(tc.lim); got != tc.want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// demandShare counts a demand above the key's rate as it is, up to
+// MaxShareDemand, rounding up.
+func TestDemandShare(t *testing.T) {
+	lim := bucket.Limit{Capacity: 6000, Refill: 6000, Period: time.Minute} // 6000 a minute
+	for _, tc := range []struct {
+		perMinute int64
+		want      uint32
+	}{
+		{0, 0},
+		{-5, 0},
+		{1, 167}, // 1/6000 of the rate, rounded up
+		{3000, ration.ShareUnit / 2},
+		{6000, ration.ShareUnit},
+		{24000, 4 * ration.ShareUnit},
+		{6000 * 1000, MaxShareDemand},
+		{6000*1000 + 1, MaxShareDemand},
+		{ration.MaxAmount, MaxShareDemand},
+	} {
+		if got := demandShare(tc.perMinute, lim); got != tc.want {
+			t.Errorf("demandShare(%d a minute) = %d, want %d", tc.perMinute, got, tc.want)
 		}
 	}
 }

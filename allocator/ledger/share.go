@@ -228,7 +228,7 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 }
 
 // demandShare is a demand per minute as millionths of lim's rate, rounded
-// up, capped at the whole rate.
+// up, at most MaxShareDemand.
 func demandShare(perMinute int64, lim bucket.Limit) uint32 {
 	if perMinute <= 0 {
 		return 0
@@ -237,11 +237,11 @@ func demandShare(perMinute int64, lim bucket.Limit) uint32 {
 	hi, lo := bits.Mul64(uint64(perMinute), uint64(lim.Period/time.Microsecond))
 	div := uint64(lim.Refill) * 60
 	if hi >= div {
-		return ration.ShareUnit
+		return MaxShareDemand
 	}
 	q, r := bits.Div64(hi, lo, div)
 	if r != 0 {
 		q++
 	}
-	return uint32(min(q, ration.ShareUnit))
+	return uint32(min(q, MaxShareDemand))
 }
