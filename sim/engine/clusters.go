@@ -109,7 +109,7 @@ func runClusters(cfg Config) (*Result, error) {
 	n := cfg.Instances
 	out := &Result{Scenario: cfg.Scenario.Name, Strategy: cfg.Strategy, Instances: n, Overload: cfg.Overload,
 		Duration: cfg.Duration, Seed: cfg.Seed, TTL: cfg.TTL, Primary: "all keys", Dim: cfg.Scenario.Dim(),
-		InstOffered: make([]int64, n), InstAdmitted: make([]int64, n)}
+		InstOffered: make([]int64, n), InstAdmitted: make([]int64, n), InstIdeal: make([]int64, n)}
 	out.Clusters = make([]ClusterResult, len(cl.Names))
 	for i, name := range cl.Names {
 		out.Clusters[i] = ClusterResult{Name: name, Lost: i == lost}
@@ -172,6 +172,7 @@ func addKey(out *Result, r *Result, c *ClusterResult, key string, cfg Config) {
 	for i := range r.InstOffered {
 		out.InstOffered[i] += r.InstOffered[i]
 		out.InstAdmitted[i] += r.InstAdmitted[i]
+		out.InstIdeal[i] += r.InstIdeal[i]
 	}
 	if r.OutageWindow > 0 {
 		if out.OutageAdmitted == nil {

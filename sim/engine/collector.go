@@ -17,6 +17,7 @@ type collector struct {
 	usedTok           int64
 	instOffered       []int64
 	instAdmitted      []int64
+	instIdeal         []int64 // the ideal bucket's admissions, by arrival instance
 	outageAdmitted    []int64
 	outageOffered     []int64
 	outFrom, outTo    int64 // window for outageAdmitted
@@ -54,7 +55,7 @@ type budgetCol struct {
 func (c *collector) init(s *sim) {
 	n := s.cfg.Instances
 	c.primary = s.primary
-	c.instOffered, c.instAdmitted = make([]int64, n), make([]int64, n)
+	c.instOffered, c.instAdmitted, c.instIdeal = make([]int64, n), make([]int64, n), make([]int64, n)
 	c.outageAdmitted, c.outageOffered = make([]int64, n), make([]int64, n)
 	c.half = s.end / 2
 	c.bud = make([]budgetCol, len(s.budgets))
@@ -128,6 +129,7 @@ func (c *collector) onOffer(s *sim, r *request) {
 }
 
 func (c *collector) onIdeal(s *sim, r *request) {
+	c.instIdeal[r.origin]++
 	for _, ch := range r.charges() {
 		b := &c.bud[ch.b]
 		b.idealUnits += b.units(ch.actual)
@@ -231,7 +233,7 @@ func (s *sim) result() *Result {
 		Scenario: cfg.Scenario.Name, Strategy: cfg.Strategy, Instances: cfg.Instances, Overload: cfg.Overload,
 		Duration: cfg.Duration, Seed: cfg.Seed, TTL: cfg.TTL,
 		Offered: c.offered, Admitted: c.admitted,
-		InstOffered: c.instOffered, InstAdmitted: c.instAdmitted,
+		InstOffered: c.instOffered, InstAdmitted: c.instAdmitted, InstIdeal: c.instIdeal,
 		Calls: c.calls, Fallback: c.fallback,
 		ReservedTokens: c.reservedTok, UsedTokens: c.usedTok,
 		Series: c.series,

@@ -67,6 +67,12 @@ type Result struct {
 	Jain         float64 // Jain's fairness index of the probabilities, 1 = equal
 	MinProb      float64
 	MaxProb      float64
+	// InstIdeal is what the ideal single bucket admitted of each
+	// instance's arrivals, and IdealJain the index of those probabilities:
+	// an exact limiter is not equal per instance where traffic moves (the
+	// instance that is busy while the bucket is full admits more).
+	InstIdeal []int64
+	IdealJain float64
 
 	Calls         int64   // allocator call attempts (lost ones included)
 	CallsPerAdmit float64 // Calls / Admitted
@@ -170,30 +176,36 @@ type Point struct {
 	Ideal    float64
 }
 
-// finishFairness computes the per-instance probabilities and Jain's index.
+// finishFairness computes the per-instance probabilities and Jain's index,
+// the fleet's and the ideal's.
 func (r *Result) finishFairness() {
+	r.Jain, r.MinProb, r.MaxProb = jain(r.InstOffered, r.InstAdmitted)
+	r.IdealJain, _, _ = jain(r.InstOffered, r.InstIdeal)
+}
+
+// jain is Jain's index of the admission probabilities admitted[i] /
+// offered[i] over the instances offered anything, and their extremes.
+func jain(offered, admitted []int64) (index, lo, hi float64) {
 	var sum, sq float64
 	n := 0
-	r.MinProb, r.MaxProb = math.Inf(1), 0
-	for i, o := range r.InstOffered {
-		if o == 0 {
+	lo, hi = math.Inf(1), 0
+	for i, o := range offered {
+		if o == 0 || i >= len(admitted) {
 			continue
 		}
-		p := float64(r.InstAdmitted[i]) / float64(o)
+		p := float64(admitted[i]) / float64(o)
 		sum += p
 		sq += p * p
 		n++
-		r.MinProb = min(r.MinProb, p)
-		r.MaxProb = max(r.MaxProb, p)
+		lo, hi = min(lo, p), max(hi, p)
 	}
 	switch {
 	case n == 0:
-		r.Jain, r.MinProb = 1, 0
+		return 1, 0, hi
 	case sq == 0:
-		r.Jain = 1 // everyone rejected everything: equal, if useless
-	default:
-		r.Jain = sum * sum / (float64(n) * sq)
+		return 1, lo, hi // everyone rejected everything: equal, if useless
 	}
+	return sum * sum / (float64(n) * sq), lo, hi
 }
 
 // percentiles fills the latency fields from the waits of the requests that

@@ -132,7 +132,9 @@ func checkJain(r *engine.Result) Cell {
 	if len(r.InstOffered) == 0 || slices.Contains(r.InstOffered, 0) {
 		return Cell{} // some instance has no demand
 	}
-	return atLeast(r.Jain, MinJain, func(v float64) string { return fmt.Sprintf("%.3f", v) })
+	c := atLeast(r.Jain, MinJain, func(v float64) string { return fmt.Sprintf("%.3f", v) })
+	c.Text += fmt.Sprintf(" (ideal %.3f)", r.IdealJain)
+	return c
 }
 
 // checkBound: in every budget, admissions from grants stay within the

@@ -58,17 +58,18 @@ func BudgetsCSV(w io.Writer, rs []*engine.Result) error {
 }
 
 // InstancesCSV writes each instance's offered and admitted requests and
-// admission probability, per result.
+// admission probability, and the ideal single bucket's, per result.
 func InstancesCSV(w io.Writer, rs []*engine.Result) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"scenario", "strategy", "instance", "offered", "admitted", "probability"})
+	cw.Write([]string{"scenario", "strategy", "instance", "offered", "admitted", "probability", "ideal", "ideal_probability"})
 	for _, r := range rs {
 		for i, o := range r.InstOffered {
-			p := ""
+			ideal := r.InstIdeal[i]
+			p, pi := "", ""
 			if o > 0 {
-				p = f(float64(r.InstAdmitted[i]) / float64(o))
+				p, pi = f(float64(r.InstAdmitted[i])/float64(o)), f(float64(ideal)/float64(o))
 			}
-			cw.Write([]string{r.Scenario, string(r.Strategy), d(int64(i)), d(o), d(r.InstAdmitted[i]), p})
+			cw.Write([]string{r.Scenario, string(r.Strategy), d(int64(i)), d(o), d(r.InstAdmitted[i]), p, d(ideal), pi})
 		}
 	}
 	cw.Flush()
