@@ -83,7 +83,16 @@ func TestLeasedTracksTheLimitUnderSkew(t *testing.T) {
 				if r.Jain < 0.95 {
 					t.Errorf("Jain's index %.3f (probabilities %.3f to %.3f), want at least 0.95", r.Jain, r.MinProb, r.MaxProb)
 				}
-				t.Logf("admitted %.2f%% of C+rho*t, Jain %.3f, %.3f calls per admission", 100*r.AdmitFrac, r.Jain, r.CallsPerAdmit)
+				// The ideal's per-instance counts are its admissions, every
+				// one (a request costs one unit of the one key here).
+				var ideal int64
+				for _, n := range r.InstIdeal {
+					ideal += n
+				}
+				if float64(ideal) != r.Budgets[0].IdealUnits || r.IdealJain <= 0 || r.IdealJain > 1 {
+					t.Errorf("the ideal admitted %d by instance, %.0f in all; its Jain's index %.3f", ideal, r.Budgets[0].IdealUnits, r.IdealJain)
+				}
+				t.Logf("admitted %.2f%% of C+rho*t, Jain %.3f (the ideal's %.3f), %.3f calls per admission", 100*r.AdmitFrac, r.Jain, r.IdealJain, r.CallsPerAdmit)
 			})
 		}
 	}

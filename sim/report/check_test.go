@@ -17,7 +17,7 @@ func passing() *engine.Result {
 		InstOffered: []int64{9, 8, 7, 6, 5, 4, 3, 2},
 		WaitedFrac:  0.01, CallsPerAdmit: 0.02,
 		KeyGrantsPerSec: 3.9, ActivePairs: 8, Refresh: 2 * time.Second,
-		VsIdeal: 0.995, Jain: 0.99,
+		VsIdeal: 0.995, Jain: 0.99, IdealJain: 1,
 		Budgets: []engine.BudgetResult{{Name: "sim-key", Capacity: 6000, OverLimit: 0.001, OverLease: -0.17, OverLimitGranted: 0.001, OverLeaseGranted: -0.17}},
 	}
 }
@@ -125,7 +125,7 @@ func TestCheckSkipsRowsWithoutTargets(t *testing.T) {
 // rows that miss named, and a count per target.
 func TestCheckTable(t *testing.T) {
 	good, bad := passing(), passing()
-	bad.Overload, bad.WaitedFrac, bad.Jain = 0.8, 0.2, 0.5
+	bad.Overload, bad.WaitedFrac, bad.Jain, bad.IdealJain = 0.8, 0.2, 0.5, 0.7
 	var b bytes.Buffer
 	missed, err := CheckTable(&b, Check([]*engine.Result{good, bad}), true)
 	if err != nil {
@@ -134,8 +134,8 @@ func TestCheckTable(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"| scenario | strategy | N | load | waited | calls/adm | grants/s | vs ideal | Jain | bound | verdict |",
-		"| zipf | leased | 8 | 2× | PASS 1.00% | PASS 0.0200 | PASS 3.90/s ≤ 4.00/s | PASS 99.50% | PASS 0.990 | PASS granted (-17%C) | PASS |",
-		"| zipf | leased | 8 | 0.8× | MISS 20.00% > 1.00% | - | PASS 3.90/s ≤ 4.00/s | PASS 99.50% | MISS 0.500 < 0.950 | PASS granted (-17%C) | MISS waited, Jain |",
+		"| zipf | leased | 8 | 2× | PASS 1.00% | PASS 0.0200 | PASS 3.90/s ≤ 4.00/s | PASS 99.50% | PASS 0.990 (ideal 1.000) | PASS granted (-17%C) | PASS |",
+		"| zipf | leased | 8 | 0.8× | MISS 20.00% > 1.00% | - | PASS 3.90/s ≤ 4.00/s | PASS 99.50% | MISS 0.500 < 0.950 (ideal 0.700) | PASS granted (-17%C) | MISS waited, Jain |",
 		"check: 1 of 2 rows miss a target; waited 1; calls/adm 0; grants/s 0; vs ideal 0; Jain 1; bound 0",
 	} {
 		if !strings.Contains(out, want) {
