@@ -640,3 +640,53 @@ func TestShareReserveAll(t *testing.T) {
 		}
 	}
 }
+
+// TestShareRenewalIgnoresNoise: a gateway that sees a request every
+// second and a half, above its share, renews on the timer: the estimate's
+// jump at each request is within its noise at that rate. When its traffic
+// jumps to twelve a second it renews soon after, not on the timer.
+func TestShareRenewalIgnoresNoise(t *testing.T) {
+	const ttl = 8 * time.Second
+	const tick = 250 * time.Millisecond
+	perMinute60 := ration.Limits{RPM: 60} // one request a second; the share a quarter of it
+	src := &shareSource{ttl: ttl, share: quarter, burst: tenK, remaining: noRoom}
+	g := newShareRig(t, perMinute60, src)
+	g.prime(ration.Amount{})
+	start := g.clk.Now()
+	var sends []time.Duration
+	// run ticks n times, offering perTick(i) requests at the start of tick i.
+	run := func(n int, perTick func(i int) int) {
+		for i := range n {
+			for range perTick(i) {
+				if _, _, w := g.reserve(oneRequest, nil); w != nil {
+					t.Fatalf("a Reserve asks the allocator")
+				}
+			}
+			g.clk.Advance(tick)
+			src.m.Tick()
+			if c := src.m.NextCall(); c != nil {
+				resp, err := src.Acquire(ctx, c.Request().(*leasev1.AcquireRequest))
+				src.m.Deliver(c, resp, err)
+				sends = append(sends, g.clk.Now().Sub(start))
+			}
+		}
+	}
+	run(240, func(i int) int { // 60 s, a request every 1.5 s
+		if i%6 == 0 {
+			return 1
+		}
+		return 0
+	})
+	quiet := len(sends)
+	for i := 3; i < quiet; i++ { // past the estimate's warm-up
+		if gap := sends[i] - sends[i-1]; gap < ttl/2 {
+			t.Fatalf("renewals at %v: a gap of %v at a steady 0.67 a second, want TTL/2 (%v)", sends[:quiet], gap, ttl/2)
+		}
+	}
+	jump, last := g.clk.Now().Sub(start), sends[quiet-1]
+	run(12, func(int) int { return 3 }) // 3 s at 12 a second
+	due := max(jump+time.Second, last+ttl/8)
+	if len(sends) == quiet || sends[quiet] > due {
+		t.Fatalf("renewals at %v; after the jump at %v, want one by %v (a second after it, an eighth of a TTL after the last send at %v)", sends, jump, due, last)
+	}
+}
