@@ -39,8 +39,8 @@ type PoolModel struct {
 // ρ·TTL, what a leased fleet in default mode may hold.
 func TokensPool(c Config, tokens int64) PoolModel {
 	c = c.withDefaults()
-	reservation := (minPrompt+maxPrompt)/2.0 + declaredMaxTokens
-	service := (firstToken + time.Duration((usedPerRequest-(minPrompt+maxPrompt)/2.0)*float64(perOutputToken))).Seconds()
+	reservation := meanPrompt + declaredMaxTokens
+	service := (firstToken + time.Duration(meanOutput*float64(perOutputToken))).Seconds()
 	m := PoolModel{
 		Slots:   int(float64(tokens) / reservation),
 		Offered: 1e6 / newTraffic(c, 0).gap * service,

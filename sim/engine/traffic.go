@@ -17,10 +17,11 @@ const (
 	meanOutputTokens  = 300
 	minPrompt         = 10 // prompt tokens, uniform in [minPrompt, maxPrompt]
 	maxPrompt         = 50
-	// usedPerRequest is the expected tokens used per request: the mean
-	// prompt plus the mean of min(ceil(Exp(300)), 4096), which is within
-	// half a token of 300.5.
-	usedPerRequest = (minPrompt+maxPrompt)/2.0 + meanOutputTokens + 0.5
+	meanPrompt        = (minPrompt + maxPrompt) / 2.0
+	// meanOutput is the mean of min(ceil(Exp(300)), 4096), within half a
+	// token of 300.5; usedPerRequest the expected tokens used per request.
+	meanOutput     = meanOutputTokens + 0.5
+	usedPerRequest = meanPrompt + meanOutput
 	// A request's service time is time to first token, then a stream of
 	// ~66 tokens a second.
 	firstToken     = 300 * time.Millisecond
