@@ -197,12 +197,17 @@ func (ls *leaseState) refuse(lim ration.Limits, c ration.Amount, now bucket.Inst
 // refused), in lim's limited dimensions (the spend rate until a share
 // state exists, then its demand estimate);
 // 0 once the key has seen no traffic for idle (a lease TTL: the estimate
-// alone only halves at each call), which gives its share back.
+// alone only halves at each call), or, with a share, for as long as would
+// have seen sixteen requests at the demand it last reported (silent),
+// which gives its share back.
 func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Duration) ration.Amount {
 	r, t, last := ls.rateReq, ls.rateTok, ls.lastUse
 	if ss := ls.ss; ss != nil {
 		ss.trackDemand(ls.spentTotal, now)
 		r, t, last = ss.demReq, ss.demTok, max(last, ss.lastRefused)
+		if idle > 0 && ss.silent(now.Sub(last)) {
+			idle = min(idle, now.Sub(last))
+		}
 		if idle > 0 && now.Sub(last) >= idle {
 			ss.demReq, ss.demTok = 0, 0 // start again from the next traffic
 		}
@@ -223,6 +228,21 @@ func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Du
 		d.Tokens = 0
 	}
 	return d
+}
+
+// silent reports whether a key that saw no traffic for gap has stopped:
+// at the demand last reported, gap would have seen sixteen requests of the
+// last cost (in some dimension), which a Poisson stream at that rate
+// fails to send once in ten million tries. Its share then goes back at
+// once, rather than through renewals that follow the estimate down: it
+// halves in 0.7 s, and each renewal since the last reports only that.
+func (ss *shareState) silent(gap time.Duration) bool {
+	if gap <= 0 {
+		return false
+	}
+	sec := gap.Seconds() / 60 // the demand is per minute
+	return float64(ss.sentDem.Requests)*sec >= 16*float64(max(1, ss.cost.Requests)) && ss.sentDem.Requests > 0 ||
+		float64(ss.sentDem.Tokens)*sec >= 16*float64(max(1, ss.cost.Tokens)) && ss.sentDem.Tokens > 0
 }
 
 // overReserves reports whether what was reserved is more than one and a

@@ -132,9 +132,10 @@ func (ss *shareState) owed() bool {
 // share: above 1.25 times both the share's rate and the demand last sent,
 // and above the larger of the two by more than the estimate's noise at
 // that rate (risenBeyondNoise), with refusals since; or, in every
-// dimension with a share, below half of the smaller of the two. Low rates
-// are noisy: a dimension counts as low only once the time since the last
-// send would have seen eight requests of the last cost at that rate.
+// dimension with a share, below half of the smaller of the two, or silent.
+// Low rates are noisy: a dimension counts as low only once the time since
+// the last send would have seen eight requests of the last cost at that
+// rate.
 func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 	ss := ls.ss
 	ss.trackDemand(ls.spentTotal, now)
@@ -152,6 +153,9 @@ func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 	}{
 		{lim.RPM > 0, ss.share.Requests, float64(asked.Requests), shareReq, float64(ss.sentDem.Requests), ss.cost.Requests},
 		{lim.TPM > 0, ss.share.Tokens, float64(asked.Tokens), shareTok, float64(ss.sentDem.Tokens), ss.cost.Tokens},
+	}
+	if !ss.share.Zero() && ss.silent(now.Sub(max(ls.lastUse, ss.lastRefused))) {
+		return true // it stopped: give the share back now
 	}
 	low, seen := true, false
 	for _, d := range dims {

@@ -690,3 +690,52 @@ func TestShareRenewalIgnoresNoise(t *testing.T) {
 		t.Fatalf("renewals at %v; after the jump at %v, want one by %v (a second after it, an eighth of a TTL after the last send at %v)", sends, jump, due, last)
 	}
 }
+
+// TestShareGivesBackWhenSilent: a gateway whose traffic stops gives its
+// whole share back with its next call, once the silence would have seen
+// sixteen requests at the demand it last reported: demand 0, not the
+// estimate on its way down.
+func TestShareGivesBackWhenSilent(t *testing.T) {
+	const ttl = 4 * time.Second
+	const tick = 50 * time.Millisecond
+	src := &shareSource{ttl: ttl, share: quarter, burst: tenK, remaining: noRoom}
+	g := newShareRig(t, perMinute6000, src)
+	g.prime(ration.Amount{})
+	step := func(offer bool) *leasev1.AcquireRequest {
+		if offer {
+			g.reserve(oneRequest, nil) // 20 a second, within the share
+		}
+		g.clk.Advance(tick)
+		src.m.Tick()
+		if c := src.m.NextCall(); c != nil {
+			req := c.Request().(*leasev1.AcquireRequest)
+			resp, err := src.Acquire(ctx, req)
+			src.m.Deliver(c, resp, err)
+			return req
+		}
+		return nil
+	}
+	for range 100 { // 5 s at 20 a second: renewals every TTL/2 report about 1200 a minute
+		step(true)
+	}
+	stop := g.clk.Now()
+	for i := 0; ; i++ {
+		req := step(false)
+		if req == nil {
+			if i > 40 {
+				t.Fatalf("no call within 2 s of the traffic stopping")
+			}
+			continue
+		}
+		after := g.clk.Now().Sub(stop)
+		if d := req.GetKeys()[0].GetDemand().GetRequests(); d != 0 {
+			t.Fatalf("the first call %v after the traffic stopped reports demand %d a minute, want 0", after, d)
+		}
+		// 16 requests at 1200 a minute take 0.8 s; the renewal waits at
+		// least an eighth of a TTL after the last send.
+		if after > 800*time.Millisecond+ttl/8+2*tick {
+			t.Fatalf("the share went back %v after the traffic stopped, want within 0.8 s and an eighth of a TTL", after)
+		}
+		return
+	}
+}
