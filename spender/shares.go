@@ -186,7 +186,7 @@ func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 // its variance is ref·cost/(2·demandTau) per second squared: a gateway that
 // sees a request every few seconds has an estimate that jumps well past
 // 1.25 times its rate with each one, and renewing on those jumps cost
-// 64 gateways at 2× the limit a sixth more allocator calls.
+// 64 gateways at 2× the limit a fifth more allocator calls per admission.
 func risenBeyondNoise(asked, ref float64, cost int64) bool {
 	perSec := ref / 60
 	sd := math.Sqrt(perSec * float64(max(1, cost)) / (2 * demandTau.Seconds()))
