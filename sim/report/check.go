@@ -234,7 +234,11 @@ func Check(rs []*engine.Result) []Verdict {
 // miss any.
 func CheckTable(w io.Writer, vs []Verdict, markdown bool) (missed int, err error) {
 	ts := Targets()
-	heads := []string{"scenario", "strategy", "N", "load"}
+	ids := runColumns(func(v Verdict) *engine.Result { return v.Result })
+	var heads []string
+	for _, c := range ids {
+		heads = append(heads, c.head)
+	}
 	for _, t := range ts {
 		heads = append(heads, t.Name)
 	}
@@ -242,8 +246,10 @@ func CheckTable(w io.Writer, vs []Verdict, markdown bool) (missed int, err error
 	perTarget := make([]int, len(ts))
 	var rows [][]string
 	for _, v := range vs {
-		r := v.Result
-		row := []string{r.Scenario, string(r.Strategy), fmt.Sprint(r.Instances), load(r)}
+		var row []string
+		for _, c := range ids {
+			row = append(row, c.cell(v))
+		}
 		for i, c := range v.Cells {
 			row = append(row, c.String())
 			if c.Applies && !c.Pass {

@@ -29,11 +29,7 @@ func clusterRows(rs []*engine.Result) []clusterRow {
 
 // clusterColumns returns the per-cluster table's columns in order.
 func clusterColumns() []column[clusterRow] {
-	return []column[clusterRow]{
-		{"scenario", func(x clusterRow) string { return x.r.Scenario }},
-		{"strategy", func(x clusterRow) string { return string(x.r.Strategy) }},
-		{"N", func(x clusterRow) string { return fmt.Sprint(x.r.Instances) }},
-		{"load", func(x clusterRow) string { return load(x.r) }},
+	return append(runColumns(func(x clusterRow) *engine.Result { return x.r }), []column[clusterRow]{
 		{"cluster", func(x clusterRow) string { return x.c.Name }},
 		{"lost", func(x clusterRow) string { return map[bool]string{true: "yes", false: "no"}[x.c.Lost] }},
 		{"keys", func(x clusterRow) string { return fmt.Sprint(len(x.c.Keys)) }},
@@ -48,7 +44,7 @@ func clusterColumns() []column[clusterRow] {
 		{"granted over bound", func(x clusterRow) string {
 			return grantedOver(x.r, &engine.BudgetResult{OverLimitGranted: x.c.OverLimitGranted, OverLeaseGranted: x.c.OverLeaseGranted})
 		}},
-	}
+	}...)
 }
 
 // clusterTable writes, after a blank line, a table with one row per

@@ -17,13 +17,20 @@ type column[T any] struct {
 	cell func(T) string
 }
 
+// runColumns are the columns that name a row's run, first in every
+// table, read from the run of a row of type T.
+func runColumns[T any](run func(T) *engine.Result) []column[T] {
+	return []column[T]{
+		{"scenario", func(x T) string { return run(x).Scenario }},
+		{"strategy", func(x T) string { return string(run(x).Strategy) }},
+		{"N", func(x T) string { return fmt.Sprint(run(x).Instances) }},
+		{"load", func(x T) string { return load(run(x)) }},
+	}
+}
+
 // columns returns the table's columns in order.
 func columns() []column[*engine.Result] {
-	return []column[*engine.Result]{
-		{"scenario", func(r *engine.Result) string { return r.Scenario }},
-		{"strategy", func(r *engine.Result) string { return string(r.Strategy) }},
-		{"N", func(r *engine.Result) string { return fmt.Sprint(r.Instances) }},
-		{"load", func(r *engine.Result) string { return load(r) }},
+	return append(runColumns(func(r *engine.Result) *engine.Result { return r }), []column[*engine.Result]{
 		{"admit%", func(r *engine.Result) string { return pct(r.AdmitFrac) }},
 		{"vs ideal", func(r *engine.Result) string { return pct(r.VsIdeal) }},
 		{"steady%ρ", func(r *engine.Result) string { return pct(r.Steady) }},
@@ -43,7 +50,7 @@ func columns() []column[*engine.Result] {
 		{"fallback", func(r *engine.Result) string { return fmt.Sprint(r.Fallback) }},
 		{"stranded", func(r *engine.Result) string { return known(r.StrandedUnknown, pct(r.StrandedFrac)) }},
 		{"resv/used", func(r *engine.Result) string { return resv(r) }},
-	}
+	}...)
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
@@ -90,11 +97,7 @@ type budgetRow struct {
 
 // budgetColumns returns the per-budget table's columns in order.
 func budgetColumns() []column[budgetRow] {
-	return []column[budgetRow]{
-		{"scenario", func(x budgetRow) string { return x.r.Scenario }},
-		{"strategy", func(x budgetRow) string { return string(x.r.Strategy) }},
-		{"N", func(x budgetRow) string { return fmt.Sprint(x.r.Instances) }},
-		{"load", func(x budgetRow) string { return load(x.r) }},
+	return append(runColumns(func(x budgetRow) *engine.Result { return x.r }), []column[budgetRow]{
 		{"budget", func(x budgetRow) string { return x.b.Name }},
 		{"limit", func(x budgetRow) string { return limitOf(x.b) }},
 		{"admit%", func(x budgetRow) string { return pct(x.b.AdmitFrac) }},
@@ -105,7 +108,7 @@ func budgetColumns() []column[budgetRow] {
 		{"granted over bound", func(x budgetRow) string { return grantedOver(x.r, x.b) }},
 		{"fallback", func(x budgetRow) string { return fmt.Sprint(x.b.FallbackUnits) }},
 		{"stranded", func(x budgetRow) string { return known(x.b.StrandedUnknown, pct(x.b.StrandedFrac)) }},
-	}
+	}...)
 }
 
 // limitOf names a budget's limits, as the gateway's keys file would.
