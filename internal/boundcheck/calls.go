@@ -267,18 +267,21 @@ func SansSnapshots(r any) string {
 	switch r := r.(type) {
 	case *ledger.AcquireReply:
 		c := *r
-		c.Keys = slices.Clone(r.Keys)
-		for i := range c.Keys {
-			c.Keys[i].Snapshot = ledger.Snapshot{}
-		}
+		c.Keys = sansSnapshots(r.Keys, func(k *ledger.AcquireResult) *ledger.Snapshot { return &k.Snapshot })
 		return fmt.Sprint(c)
 	case *ledger.ReserveReply:
 		c := *r
-		c.Keys = slices.Clone(r.Keys)
-		for i := range c.Keys {
-			c.Keys[i].Snapshot = ledger.Snapshot{}
-		}
+		c.Keys = sansSnapshots(r.Keys, func(k *ledger.ReserveResult) *ledger.Snapshot { return &k.Snapshot })
 		return fmt.Sprint(c)
 	}
 	return fmt.Sprint(r)
+}
+
+// sansSnapshots is a copy of keys with each one's snapshot zeroed.
+func sansSnapshots[K any](keys []K, snap func(*K) *ledger.Snapshot) []K {
+	c := slices.Clone(keys)
+	for i := range c {
+		*snap(&c[i]) = ledger.Snapshot{}
+	}
+	return c
 }
