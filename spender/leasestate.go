@@ -201,18 +201,16 @@ func (ls *leaseState) refuse(lim ration.Limits, c ration.Amount, now bucket.Inst
 // have seen sixteen requests at the demand it last reported (silent),
 // which gives its share back.
 func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Duration) ration.Amount {
-	r, t, last := ls.rateReq, ls.rateTok, ls.lastUse
+	r, t, gap := ls.rateReq, ls.rateTok, now.Sub(ls.lastAsked())
+	stopped := idle > 0 && gap >= idle
 	if ss := ls.ss; ss != nil {
 		ss.trackDemand(ls.spentTotal, now)
-		r, t, last = ss.demReq, ss.demTok, max(last, ss.lastRefused)
-		if idle > 0 && ss.silent(now.Sub(last)) {
-			idle = min(idle, now.Sub(last))
-		}
-		if idle > 0 && now.Sub(last) >= idle {
+		r, t = ss.demReq, ss.demTok
+		if stopped = idle > 0 && (gap >= idle || ss.silent(gap)); stopped {
 			ss.demReq, ss.demTok = 0, 0 // start again from the next traffic
 		}
 	}
-	if idle > 0 && now.Sub(last) >= idle {
+	if stopped {
 		return ration.Amount{}
 	}
 	d := lim.Limited(ration.Amount{Requests: int64(r * 60), Tokens: int64(t * 60)})
@@ -228,6 +226,15 @@ func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Du
 		d.Tokens = 0
 	}
 	return d
+}
+
+// lastAsked is the key's last traffic: its last admission, or its last
+// refusal once it has a share state (which counts refusals).
+func (ls *leaseState) lastAsked() bucket.Instant {
+	if ls.ss == nil {
+		return ls.lastUse
+	}
+	return max(ls.lastUse, ls.ss.lastRefused)
 }
 
 // silent reports whether a key that saw no traffic for gap has stopped:

@@ -154,7 +154,7 @@ func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 		{lim.RPM > 0, ss.share.Requests, float64(asked.Requests), shareReq, float64(ss.sentDem.Requests), ss.cost.Requests},
 		{lim.TPM > 0, ss.share.Tokens, float64(asked.Tokens), shareTok, float64(ss.sentDem.Tokens), ss.cost.Tokens},
 	}
-	if !ss.share.Zero() && ss.silent(now.Sub(max(ls.lastUse, ss.lastRefused))) {
+	if !ss.share.Zero() && ss.silent(now.Sub(ls.lastAsked())) {
 		return true // it stopped: give the share back now
 	}
 	low, seen := true, false
