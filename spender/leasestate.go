@@ -97,7 +97,7 @@ type shareState struct {
 	lastRefused  bucket.Instant // the last refusal
 	refusedTotal ration.Amount  // costs refused since the state was made
 	// Demand (admitted and refused) per second: an exponentially weighted
-	// rate with a time constant of demandTau, brought up to date at every
+	// rate with a time constant of tau(), brought up to date at every
 	// maintenance tick and call (demAt, with what had been asked by then
 	// in demBase), so that a share follows traffic that moves within a
 	// second or two, not a few calls.
@@ -242,7 +242,8 @@ func (ls *leaseState) lastAsked() bucket.Instant {
 // last cost (in some dimension), which a Poisson stream at that rate
 // fails to send once in ten million tries. Its share then goes back at
 // once, rather than through renewals that follow the estimate down: it
-// halves in 0.7 s, and each renewal since the last reports only that.
+// halves in 0.7 time constants, and each renewal since the last reports
+// only that.
 func (ss *shareState) silent(gap time.Duration) bool {
 	if gap <= 0 {
 		return false
@@ -384,12 +385,44 @@ func (ls *leaseState) updateRate(now bucket.Instant) {
 	ls.rateAt, ls.rateBase = now, ls.spentTotal
 }
 
-// demandTau is the demand estimate's time constant.
-const demandTau = time.Second
+// The demand estimate's time constant is the time its rate takes to send
+// demandCount requests, within [demandTau, maxDemandTau]: a busy gateway's
+// estimate follows its traffic within a second, and a quiet one's (a
+// request a second: one of 64 gateways at the limit) is not made of one or
+// two requests. At a fixed one-second constant the quiet one's estimate
+// was off by 70% of its rate (root mean square), and its share and its
+// fallback rate took that as it was; now by 37%. A constant that follows
+// the estimate makes it slower to rise from a low value than to fall back
+// to it, which biases it low between about 0.5 and 3 requests a second
+// (12% at 1 and 2 a second; TestDemandEstimateTimeConstant).
+const (
+	demandTau    = time.Second
+	maxDemandTau = 5 * time.Second
+	demandCount  = 3
+)
+
+// tau is the demand estimate's time constant at its current value: the
+// time the larger of its request and token rates (tokens counted in the
+// last cost's) takes to send demandCount requests. An estimate at zero (no
+// traffic yet, or a key that stopped) takes the next traffic at the
+// shortest constant, so that a share follows a gateway that just got busy.
+func (ss *shareState) tau() time.Duration {
+	perSec := ss.demReq
+	if c := ss.cost.Tokens; c > 0 {
+		perSec = max(perSec, ss.demTok/float64(c))
+	}
+	switch {
+	case perSec <= 0:
+		return demandTau
+	case perSec*maxDemandTau.Seconds() <= demandCount:
+		return maxDemandTau
+	}
+	return max(demandTau, time.Duration(demandCount/perSec*float64(time.Second)))
+}
 
 // trackDemand brings the demand estimate up to now: the rate asked
 // (admitted, net of refunds, plus refused) since the last update, weighted
-// by 1 - e^(-dt/demandTau).
+// by 1 - e^(-dt/tau).
 func (ss *shareState) trackDemand(spent ration.Amount, now bucket.Instant) {
 	asked := spent.Add(ss.refusedTotal)
 	if !ss.demSet {
@@ -402,7 +435,7 @@ func (ss *shareState) trackDemand(spent ration.Amount, now bucket.Instant) {
 	}
 	d := asked.Sub(ss.demBase).Positive()
 	sec := dt.Seconds()
-	a := 1 - math.Exp(-sec/demandTau.Seconds())
+	a := 1 - math.Exp(-sec/ss.tau().Seconds())
 	if !ss.demWarm { // the first interval has no estimate to weigh against
 		a, ss.demWarm = 1, true
 	}

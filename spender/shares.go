@@ -162,7 +162,7 @@ func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 		if !d.limited {
 			continue
 		}
-		if ref := max(d.share, d.was); ss.refused != (ration.Amount{}) && d.asked > 1.25*ref && risenBeyondNoise(d.asked, ref, d.cost) {
+		if ref := max(d.share, d.was); ss.refused != (ration.Amount{}) && d.asked > 1.25*ref && risenBeyondNoise(d.asked, ref, d.cost, ss.tau()) {
 			return true
 		}
 		if d.ppm == 0 {
@@ -182,14 +182,14 @@ func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 // risenBeyondNoise reports whether a demand estimate (per minute) is above
 // ref (per minute) by more than three standard deviations of the estimate
 // for a stream at ref of requests costing cost each. The estimate weighs
-// each request by e^(-age/demandTau)/demandTau, so for Poisson arrivals
-// its variance is ref·cost/(2·demandTau) per second squared: a gateway that
-// sees a request every few seconds has an estimate that jumps well past
-// 1.25 times its rate with each one, and renewing on those jumps cost
-// 64 gateways at 2× the limit a fifth more allocator calls per admission.
-func risenBeyondNoise(asked, ref float64, cost int64) bool {
+// each request by e^(-age/tau)/tau, so for Poisson arrivals its variance is
+// ref·cost/(2·tau) per second squared: a gateway that sees a request every
+// few seconds has an estimate that jumps well past 1.25 times its rate
+// with each one, and renewing on those jumps cost 64 gateways at 2× the
+// limit a fifth more allocator calls per admission.
+func risenBeyondNoise(asked, ref float64, cost int64, tau time.Duration) bool {
 	perSec := ref / 60
-	sd := math.Sqrt(perSec * float64(max(1, cost)) / (2 * demandTau.Seconds()))
+	sd := math.Sqrt(perSec * float64(max(1, cost)) / (2 * tau.Seconds()))
 	return asked/60-perSec > 3*sd
 }
 
