@@ -411,13 +411,11 @@ func (ss *shareState) tau() time.Duration {
 	if c := ss.cost.Tokens; c > 0 {
 		perSec = max(perSec, ss.demTok/float64(c))
 	}
-	switch {
-	case perSec <= 0:
+	if perSec <= 0 {
 		return demandTau
-	case perSec*maxDemandTau.Seconds() <= demandCount:
-		return maxDemandTau
 	}
-	return max(demandTau, time.Duration(demandCount/perSec*float64(time.Second)))
+	sec := min(max(demandCount/perSec, demandTau.Seconds()), maxDemandTau.Seconds())
+	return time.Duration(sec * float64(time.Second))
 }
 
 // trackDemand brings the demand estimate up to now: the rate asked
