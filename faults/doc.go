@@ -25,7 +25,9 @@
 //     for them;
 //   - a healthy fleet under CPU stress never refuses a request below the
 //     limit and never falls back, and separate gateway processes share a
-//     key as well as instances in one process do.
+//     key as well as instances in one process do;
+//   - docs/cluster.md's recipe, its shell blocks run as written, gives a
+//     working three-member cluster that fails over.
 //
 // The tests are behind the build tag faults, so `go test ./...` does not
 // run them:

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,8 +39,18 @@ func scrape(ctx context.Context, url string) (metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s: status %d", url, resp.StatusCode)
 	}
+	m, err := parseMetrics(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	return m, nil
+}
+
+// parseMetrics reads samples in the Prometheus text format, skipping
+// blank and comment lines.
+func parseMetrics(r io.Reader) (metrics, error) {
 	var m metrics
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -48,7 +59,7 @@ func scrape(ctx context.Context, url string) (metrics, error) {
 		}
 		s, err := parseSample(line)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", url, err)
+			return nil, err
 		}
 		m = append(m, s)
 	}
