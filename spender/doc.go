@@ -23,6 +23,9 @@
 // refuses without reserving when that is further away than the caller can
 // wait.
 //
+// Limits are passed with every call, because they live on the key record;
+// the Limiter follows changes without minting tokens.
+//
 // # Guarantees
 //
 //   - Exact: the arithmetic is integer fixed point; the worked example and
@@ -36,8 +39,6 @@
 //     is dropped at its shard's next sweep.
 //   - Time comes only from the Clock, read once per Reserve; settling a
 //     refund reads no clock at all.
-//
-// # Caveats
 //
 // # Leased mode
 //
@@ -62,8 +63,22 @@
 // loss affects only its keys; ReserveAll over budgets on several clusters
 // stays all or nothing by cancelling what the other clusters admitted.
 //
-// Limits are passed with every call, because they live on the key record;
-// the Limiter follows changes without minting tokens. Keys are budgets per
-// key ID: two keys never share a bucket. The Limiter does not count
-// concurrent requests (in-flight limits are a separate concern).
+// # Caveats
+//
+//   - Overruns are charged after the fact: a request that uses more than it
+//     reserved drives its key below zero, and the key's next requests wait
+//     the debt off. The bound holds plus those overruns.
+//   - Leased, the bound is C + ρ·(t + TTL) per key and dimension (C + ρ·t in
+//     the allocator's strict mode), plus overruns. Admissions under the
+//     fallback policy while the allocator is unreachable are outside it:
+//     the policy bounds them (docs/leasing.md).
+//   - A leased Limiter's Status is an estimate: it misses what other
+//     spenders spent since the allocator's last answer.
+//   - Reservations still outstanding at Close can be settled, but their
+//     refunds are not returned to the allocator.
+//   - The lease protocol is cooperative: it bounds what honest spenders
+//     admit, not what a malicious one can do.
+//   - Keys are budgets per key ID: two keys never share a bucket. The
+//     Limiter does not count concurrent requests (in-flight limits are a
+//     separate concern).
 package spender
