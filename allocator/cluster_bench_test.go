@@ -21,7 +21,7 @@ import (
 // keys a call over loopback, through the spender's client
 // (spender.DialAllocator, Connect over h2c), against the allocator's
 // lease API served as cmd/allocator serves it (serveOn). Run the two
-// alternately, one binary (docs/cluster.md, "Measurements"):
+// alternately, one binary (docs/performance.md, "Allocator cluster"):
 //
 //	go test -c -o /tmp/allocator.test ./allocator
 //	/tmp/allocator.test -test.run '^$' -test.bench 'ClusterLoopback/single$' -test.benchtime 5s

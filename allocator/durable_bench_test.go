@@ -21,7 +21,7 @@ import (
 // Durable Acquire: today's journal (allocator.Open: bbolt, group commit,
 // fsync on) against a one-member cluster (raft-boltdb, fsync on, file
 // snapshots), both answering once the call is durable. Run them
-// interleaved, one binary (docs/cluster.md, "Measurements"):
+// interleaved, one binary (docs/performance.md, "Allocator cluster"):
 //
 //	go test -c -o /tmp/allocator.test ./allocator
 //	/tmp/allocator.test -test.run '^$' -test.bench 'DurableAcquire/journal$' -test.benchtime 5s

@@ -20,7 +20,7 @@ const (
 	failoverElection = 500 * time.Millisecond // -cluster-election-timeout
 	// failoverServe is how soon after losing its leader the cluster must
 	// answer a call again: ten election timeouts. Measured: p50 0.89 s,
-	// p99 1.49 s (docs/cluster.md).
+	// p99 1.49 s (docs/performance.md).
 	failoverServe = 5 * time.Second
 	// failoverKills is how many times the leader is killed: issue 17 asks
 	// for p50 and p99 over 20 kills, which the case logs. They take about

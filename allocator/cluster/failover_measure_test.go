@@ -39,7 +39,7 @@ func prodRaft(c *raft.Config) {
 // prodRaft's timeouts. Each kill uses a new cluster that has elected a
 // leader, applied a call and run 300 ms. It logs the distribution and
 // reports p50 and p99 in seconds; it asserts nothing about time, and runs
-// only with -bench (docs/cluster.md, "Measurements"):
+// only with -bench (docs/performance.md, "Allocator cluster"):
 //
 //	go test -run '^$' -bench Failover -benchtime 1x -v ./allocator/cluster -failover.kills 20
 func BenchmarkFailover(b *testing.B) {

@@ -24,12 +24,12 @@ func heapAfterGC() int64 {
 }
 
 // BenchmarkStateMemory measures what the ledger's state costs in memory
-// (docs/cluster.md's capacity plan): the live heap of a ledger.State
-// holding -mem.keys keys, each held by 1, then by 8 spenders, as Acquire
-// calls of 64 keys build it (each call also leaves its spender's session,
-// with the stored reply of its last call), then 1,000 more spenders that
-// each make one 64-key call on 64 keys of their own. It reports, from heap
-// differences after a full GC:
+// (docs/performance.md, "Allocator cluster"; docs/cluster.md, "Capacity"):
+// the live heap of a ledger.State holding -mem.keys keys, each held by 1,
+// then by 8 spenders, as Acquire calls of 64 keys build it (each call
+// also leaves its spender's session, with the stored reply of its last
+// call), then 1,000 more spenders that each make one 64-key call on 64
+// keys of their own. It reports, from heap differences after a full GC:
 //
 //	B/key        a key with one holding (the key's buckets, its name and
 //	             map entry, one holding)
