@@ -107,7 +107,11 @@ func TestClusterRecipe(t *testing.T) {
 		t.Fatalf("no member leads after %s was killed", old.id)
 	}
 
-	after, err := parseMetrics(strings.NewReader(strings.Join(slices.DeleteFunc(step("after"), func(l string) bool {
+	out := step("after")
+	if !slices.ContainsFunc(out, func(l string) bool { return strings.HasPrefix(l, "HTTP/1.1 200") }) {
+		t.Fatalf("no request admitted through the second gateway after the failover:\n%s", strings.Join(out, "\n"))
+	}
+	after, err := parseMetrics(strings.NewReader(strings.Join(slices.DeleteFunc(out, func(l string) bool {
 		return !strings.HasPrefix(l, "ration_")
 	}), "\n")))
 	if err != nil {
