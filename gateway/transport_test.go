@@ -18,7 +18,7 @@ import (
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
-// chatBody is a 140-byte chat request, as measured in issue 14.
+// chatBody is a 140-byte chat request, the size the proxy benchmarks use.
 var chatBody = chat("measure the gateway against a bare reverse proxy on one engine, please", `,"max_tokens":8`)
 
 // countedEngine serves the echo engine on a loopback port and counts the
@@ -103,7 +103,7 @@ func postChat(client *http.Client, url, body string) int {
 	return resp.StatusCode
 }
 
-// TestUpstreamConnectionsAreReused is issue 14 part 7: the gateway keeps
+// TestUpstreamConnectionsAreReused: the gateway keeps
 // its connections to the engine (the proxy's and the tokenize call's) for
 // reuse instead of opening one per request, which left thousands of
 // sockets in TIME_WAIT. Sequential requests reuse one or two connections;
@@ -125,7 +125,11 @@ func TestUpstreamConnectionsAreReused(t *testing.T) {
 }
 
 // TestDefaultTransportPools: a gateway given no transport pools its
-// proxied connections too.
+// proxied connections too. The bound is two per client, not one: a
+// connection goes back to the pool from the transport's read loop after
+// the response has reached the client, so under load a client's next
+// request can find its previous connection not yet idle and dial another
+// (which then stays pooled). Unpooled, 800 requests open about 800.
 func TestDefaultTransportPools(t *testing.T) {
 	engine, accepted := countedEngine(t)
 	up, err := gateway.ParseUpstream(engine)
@@ -140,7 +144,7 @@ func TestDefaultTransportPools(t *testing.T) {
 	t.Cleanup(srv.Close)
 	const workers = 16
 	hammer(t, srv.URL, workers, 800)
-	if n := accepted.Load(); n > workers+1 {
-		t.Errorf("800 requests from %d clients opened %d connections to the engine, want at most %d", workers, n, workers+1)
+	if n := accepted.Load(); n > 2*workers {
+		t.Errorf("800 requests from %d clients opened %d connections to the engine, want at most %d", workers, n, 2*workers)
 	}
 }
