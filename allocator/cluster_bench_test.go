@@ -17,7 +17,7 @@ import (
 	"github.com/rationhq/ration/spender"
 )
 
-// Issue 17's "3-node cluster against single node": durable Acquire of 64
+// A three-member cluster against a single node: durable Acquire of 64
 // keys a call over loopback, through the spender's client
 // (spender.DialAllocator, Connect over h2c), against the allocator's
 // lease API served as cmd/allocator serves it (serveOn). Run the two

@@ -26,7 +26,7 @@ import (
 //	            standalone Limiter, the engine's /v1/tokenize, the proxy),
 //	            its connections to the engine pooled
 //	gateway-default-transport  the same on http.DefaultTransport (2 idle
-//	            connections per host), as before issue 14 part 7
+//	            connections per host), what an unpooled gateway pays
 //	gateway-engine-gpt-4o    the gateway, the same request for model
 //	            gpt-4o (145 bytes), counted by the engine's /v1/tokenize:
 //	            gateway-demo -tokenizer engine
@@ -34,8 +34,8 @@ import (
 //	            tiktokencount (o200k_base), no tokenize call:
 //	            gateway-demo -tokenizer tiktoken
 //
-// and reports requests/s and the process's CPU time per request of each. Issue 14 asks the gateway for at least
-// 0.6x the bare proxy's requests/s. Interleave with -count:
+// and reports requests/s and the process's CPU time per request of each. The target is at least
+// 0.6x the bare proxy's requests/s with engine tokenization (docs/performance.md). Interleave with -count:
 //
 //	go test -run '^$' -bench BenchmarkUpstream -benchtime 3s -count 3 ./gateway
 func BenchmarkUpstream(b *testing.B) {

@@ -390,7 +390,7 @@ func TestConfigFromEnvironmentAndErrors(t *testing.T) {
 	}
 }
 
-// Issue 14, part 2: with only a header timeout, idle keep-alive
+// With only a header timeout, idle keep-alive
 // connections stayed open for good.
 func TestIdleConnectionsAreClosed(t *testing.T) {
 	ts := startServer(t, testConfig(t, "-idle-timeout", "300ms", "-read-header-timeout", "300ms"))

@@ -50,7 +50,7 @@ func TestParseConfigSpenderID(t *testing.T) {
 	}
 }
 
-// TestSeparateProcessesShareOneAllocator is issue 14 part 5: two demo
+// TestSeparateProcessesShareOneAllocator: two demo
 // processes (two fleets with their default ids) spend leases from one
 // remote allocator. They must not move each other to new epochs (no
 // refused call at the allocator, no warning in their logs), and each
@@ -146,7 +146,7 @@ func allocatorCalls(t *testing.T, reg *prometheus.Registry) (calls, refused floa
 	return calls, refused
 }
 
-// TestWrongTokenStopsTheStart is issue 14 part 6: a token the allocator
+// TestWrongTokenStopsTheStart: a token the allocator
 // refuses is an error at start that names the flag, not a gateway that
 // answers every request 429 from its fallback bucket.
 func TestWrongTokenStopsTheStart(t *testing.T) {

@@ -25,7 +25,7 @@ func inBodyRead() int {
 	return bytes.Count(buf[:runtime.Stack(buf, true)], []byte("spenderhttp.readBody("))
 }
 
-// Issue 14, part 1, at a real gateway: 40 connections that declare
+// At a real gateway: 40 connections that declare
 // 16,000,000 bytes with a valid key and send no body used to take the
 // process from 17 MB to 643 MB.
 func TestDeclaredBodiesDoNotTakeMemory(t *testing.T) {
@@ -63,8 +63,8 @@ func TestDeclaredBodiesDoNotTakeMemory(t *testing.T) {
 	}
 }
 
-// Issue 14, part 2: idle keep-alive connections used to stay open for
-// good (2000 for 25 s in the report; 200 here to keep CI fast).
+// Idle keep-alive connections used to stay open for good (2000 for
+// 25 s were seen; 200 here keep CI fast).
 func TestGatewayClosesIdleConnections(t *testing.T) {
 	cfg := testConfig(t, 1, "")
 	cfg.limits.Idle = 300 * time.Millisecond
@@ -74,7 +74,7 @@ func TestGatewayClosesIdleConnections(t *testing.T) {
 	t.Logf("200 idle connections closed within %v", took)
 }
 
-// Issue 14, part 2: a body that declares 500 bytes and sends 80 used to
+// A body that declares 500 bytes and sends 80 used to
 // hang until the client gave up; with a valid key it is 408, without one
 // the 401 does not wait for it.
 func TestGatewaySlowBodyIsCut(t *testing.T) {

@@ -42,7 +42,7 @@ func heapInuse() uint64 {
 	return m.HeapInuse
 }
 
-// Issue 14, part 1: a declared Content-Length used to size the buffer
+// A declared Content-Length used to size the buffer
 // before a byte arrived, so 40 requests declaring 16 MB and sending
 // nothing held 640 MB.
 func TestMiddlewareBodyMemoryFollowsBytesReceived(t *testing.T) {
