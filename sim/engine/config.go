@@ -82,7 +82,7 @@ type Config struct {
 	SlowDeadline time.Duration          // spender slow-path deadline; default 50ms (the spender's)
 	Horizon      time.Duration          // spender lease horizon; default 2s (the spender's)
 	Tick         time.Duration          // spender maintenance interval; default 250ms (the spender's)
-	SeriesStep   time.Duration          // time-series bucket width; default 1s
+	SeriesStep   time.Duration          // time-series bucket width; default 1s, or Duration/300 when longer (about 300 points a run)
 
 	// Refresh is the refresh interval active (key, gateway) pairs are
 	// counted over (Result.ActivePairs): a pair is active in an interval
@@ -148,7 +148,7 @@ func (c Config) withDefaults() Config {
 		c.Tick = lt.MaintenanceInterval
 	}
 	if c.SeriesStep <= 0 {
-		c.SeriesStep = time.Second
+		c.SeriesStep = max(time.Second, c.Duration/300)
 	}
 	if c.Refresh <= 0 {
 		c.Refresh = c.Horizon
