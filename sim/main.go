@@ -6,7 +6,7 @@
 //	go run ./sim                                   # every scenario and strategy, 5 virtual minutes
 //	go run ./sim -scenario zipf,one -strategies static,leased -instances 16
 //	go run ./sim -out docs/sim -markdown           # what docs/performance.md shows
-//	go run ./sim -strategies leased,leased-strict -instances 8,64 -overload 0.8,2,5 -check  # a sweep, checked against issue 16's targets
+//	go run ./sim -strategies leased,leased-strict -instances 8,64 -overload 0.8,2,5 -check  # a sweep, checked against the targets
 package main
 
 import (
@@ -20,7 +20,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/sim/engine"
 	"github.com/rationhq/ration/sim/report"
@@ -51,15 +50,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	scen := fs.String("scenario", "all", "comma-separated scenarios ("+strings.Join(scenarioNames(), ", ")+"), or all")
 	strat := fs.String("strategies", "all", "comma-separated strategies (static, central, leased, leased-strict, sticky), or all")
 	inst := fs.String("instances", "8", "fleet size N (the maximum, for autoscale), or a comma-separated list to sweep")
-	dur := fs.Duration("duration", 5*time.Minute, "virtual time traffic is offered")
+	dur := fs.Duration("duration", 0, "virtual time traffic is offered (0: the scenario's own, 5m but for client and client-load, 1h, and client-day, 49h)")
 	seed := fs.Uint64("seed", 1, "random seed: same seed, same output")
 	out := fs.String("out", "", "directory for CSV files and SVG plots (none if empty)")
 	md := fs.Bool("markdown", false, "print the table as Markdown")
 	progress := fs.Bool("progress", true, "show a progress bar on stderr when a run takes more than 2 s")
 	overload := fs.String("overload", "2", "offered load over the binding limit's rate, or a comma-separated list to sweep")
-	check := fs.Bool("check", false, "check the leased and leased-strict rows against issue 16's targets (PASS/MISS per target); exit 1 if a row misses one")
+	check := fs.Bool("check", false, "check the leased and leased-strict rows against the targets (PASS/MISS per target); exit 1 if a row misses one")
 	refresh := fs.Duration("refresh", 0, "refresh interval active (key, gateway) pairs are counted over, and the key-grants target's (0: the lease horizon)")
-	rpm := fs.Int64("rpm", 0, "requests per minute of the key, or of the team for team (its keys get 4/6, 3/6, 2/6, 1/6 of it) (0: 6000; the tokens scenarios are TPM-only)")
+	rpm := fs.Int64("rpm", 0, "requests per minute of the key (per day for client-day), or of the team for team (its keys get 4/6, 3/6, 2/6, 1/6 of it) (0: the scenario's, 6000 but for the client scenarios; the tokens scenarios are TPM-only)")
 	tpm := fs.Int64("tpm", 0, "tokens per minute of the key for tokens, or of input and output together for tokens-io (11/120 input, the rest output) (0: 1,200,000)")
 	ttl := fs.Duration("ttl", 10*time.Second, "allocator lease TTL")
 	fallback := fs.String("fallback", "share", "leased spenders' fallback policy: share, closed or open")
@@ -117,22 +116,35 @@ func run(args []string, stdout, stderr io.Writer) error {
 		base.Policy = allocator.ShareByRate{Horizon: *policyHorizon}
 	}
 	sweep := len(ns) > 1 || len(loads) > 1
-	bar := report.NewProgress(stderr, len(ns)*len(loads)*len(scs)*len(sts), *progress && isTerminal(stderr))
+	runs := 0
+	for _, sc := range scs {
+		if sc.Loaded() {
+			runs += len(loads)
+		} else {
+			runs++
+		}
+	}
+	bar := report.NewProgress(stderr, len(ns)*runs*len(sts), *progress && isTerminal(stderr))
 	var rs []*engine.Result
 	var groups []group
 	for _, n := range ns {
-		for _, o := range loads {
+		for oi, o := range loads {
 			g := group{n: n, load: o}
 			for _, sc := range scs {
+				if oi > 0 && !sc.Loaded() {
+					continue // the same run at every load: once
+				}
 				for _, st := range sts {
 					cfg := base
 					cfg.Instances, cfg.Overload = n, o
 					cfg.Scenario, cfg.Strategy = sc, st
-					switch {
+					switch lim := sc.DefaultLimits(); {
 					case sc.Tokens && *tpm > 0:
-						cfg.Limits = ration.Limits{TPM: *tpm}
+						lim.TPM = *tpm
+						cfg.Limits = lim
 					case !sc.Tokens && *rpm > 0:
-						cfg.Limits = ration.Limits{RPM: *rpm}
+						lim.RPM = *rpm
+						cfg.Limits = lim
 					}
 					name := sc.Name + "/" + string(st)
 					if sweep {

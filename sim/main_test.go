@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -123,5 +125,43 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		if err := run(args, &out, &out); err == nil {
 			t.Errorf("run(%v) = nil, want an error", args)
 		}
+	}
+}
+
+// TestRunClientScenarios: a client alone does not depend on the load, so
+// a sweep runs it once per fleet size, its load shown as "-"; the client
+// beside other traffic runs at every load. -rpm keeps the per-day key's
+// window: 48 a day over two hours admits its burst and a few more, not
+// 48 a minute.
+func TestRunClientScenarios(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"-scenario", "client,client-load", "-strategies", "leased", "-instances", "1,2", "-overload", "2,3", "-duration", "2m", "-markdown"}
+	if err := run(args, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v (stderr %q)", err, stderr.String())
+	}
+	out := stdout.String()
+	if n, m := strings.Count(out, "| client | leased |"), strings.Count(out, "| client-load | leased |"); n != 2 || m != 4 {
+		t.Errorf("%d client rows and %d client-load rows, want 2 and 4:\n%s", n, m, out)
+	}
+	for _, want := range []string{"| client | leased | 1 | - |", "| client-load | leased | 2 | 3× |", "| retried adm |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the output lacks %q:\n%s", want, out)
+		}
+	}
+	dir := t.TempDir()
+	stdout.Reset()
+	args = []string{"-scenario", "client-day", "-strategies", "sticky", "-rpm", "48", "-duration", "2h", "-out", dir}
+	if err := run(args, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v (stderr %q)", err, stderr.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	head, row := strings.Split(lines[0], ","), strings.Split(lines[1], ",")
+	i := slices.Index(head, "admitted")
+	if n, err := strconv.Atoi(row[i]); err != nil || n < 48 || n > 56 {
+		t.Errorf("client-day at 48 a day admitted %s in two hours, want 48 to 56", row[i])
 	}
 }

@@ -105,7 +105,7 @@ func (c *central) parkDeadline(s *sim, id int32) {
 	e := s.eps[ep]
 	e.body, e.phase, e.req = nil, idle, -1
 	c.free[e.inst] = append(c.free[e.inst], ep)
-	s.reject(id)
+	s.reject(id, &spender.RejectError{}) // no answer: no wait to name
 }
 
 func (c *central) answered(s *sim, ep int32, g reply) {
@@ -117,11 +117,13 @@ func (c *central) answered(s *sim, ep int32, g reply) {
 		r := &s.reqs[id]
 		var granted [maxCharges]ration.Amount
 		all, some := true, false
+		var wait time.Duration // the longest wait an uncovered budget names
 		for i := range e.nb {
-			if g.resp.GetKeys()[i].GetStatus() == leasev1.GrantStatus_GRANT_STATUS_OK {
+			if k := g.resp.GetKeys()[i]; k.GetStatus() == leasev1.GrantStatus_GRANT_STATUS_OK {
 				granted[i], some = limited(s.budgets[e.bud[i]].lim, r.ch[i].cost), true
 			} else {
 				all = false
+				wait = max(wait, time.Duration(k.GetRetryAfterUs())*time.Microsecond)
 			}
 		}
 		if all {
@@ -137,7 +139,7 @@ func (c *central) answered(s *sim, ep int32, g reply) {
 			return
 		}
 		e.req = -1
-		s.reject(id)
+		s.reject(id, &spender.RejectError{RetryAfter: wait})
 		if some {
 			// All or nothing: what the budgets that covered the request
 			// granted goes back at once.

@@ -114,7 +114,8 @@ func runClusters(cfg Config) (*Result, error) {
 	for i, name := range cl.Names {
 		out.Clusters[i] = ClusterResult{Name: name, Lost: i == lost}
 	}
-	var waits []int64
+	var waits, errs []int64
+	var late, early int64
 	var steady, pairs float64
 	zipf := Scenario{Skew: Zipf}.Shares(n)
 	for k, key := range ks {
@@ -137,6 +138,8 @@ func runClusters(cfg Config) (*Result, error) {
 		s.loop()
 		r := s.result()
 		waits = append(waits, s.col.waits...)
+		errs = append(errs, s.col.errs...)
+		late, early = late+s.col.late, early+s.col.early
 		b := r.Budgets[0]
 		b.Name = key.name
 		out.Budgets = append(out.Budgets, b)
@@ -146,6 +149,7 @@ func runClusters(cfg Config) (*Result, error) {
 	}
 	out.Steady = steady / out.Rate
 	out.ActivePairs = pairs
+	out.retryErrors(errs, late, early)
 	finishClusters(out, waits)
 	return out, nil
 }
@@ -169,6 +173,15 @@ func addKey(out *Result, r *Result, c *ClusterResult, key string, cfg Config) {
 	out.StrandedUnknown = out.StrandedUnknown || r.StrandedUnknown
 	out.ReservedTokens += r.ReservedTokens
 	out.UsedTokens += r.UsedTokens
+	out.PairIntervals += r.PairIntervals
+	out.PairActivations += r.PairActivations
+	out.Retries += r.Retries
+	out.RetriesAdmitted += r.RetriesAdmitted
+	out.IdleChecks += r.IdleChecks
+	out.IdleHolding += r.IdleHolding
+	out.IdleKeys += r.IdleKeys
+	out.IdleShares += r.IdleShares
+	out.IdleHeld = max(out.IdleHeld, r.IdleHeld) // in each key's units: the worst key's
 	for i := range r.InstOffered {
 		out.InstOffered[i] += r.InstOffered[i]
 		out.InstAdmitted[i] += r.InstAdmitted[i]
@@ -226,6 +239,7 @@ func finishClusters(out *Result, waits []int64) {
 	out.StrandedFrac = ratio(out.Stranded, out.Allowed)
 	out.CallsPerAdmit = ratio(float64(out.Calls), float64(out.Admitted))
 	out.KeyGrantsPerPair = ratio(out.KeyGrantsPerSec, out.ActivePairs)
+	out.KeyGrantsPerActivation = ratio(out.KeyGrantsPerSec*out.Duration.Seconds(), float64(out.PairActivations))
 	if out.StrandedUnknown {
 		out.Stranded, out.StrandedFrac = 0, 0
 	}

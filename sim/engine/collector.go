@@ -30,11 +30,34 @@ type collector struct {
 	refresh           int64   // the refresh interval active pairs are counted over, µs
 	pairSeen          []int64 // by budget × instance: 1 + the last refresh interval offered a request, 0 never
 	pairIntervals     int64   // (pair, interval) with a request offered
+	activations       int64   // (pair, interval) offered a request where the pair was not in the interval before
 	waits             []int64
 	series            []Point
 	cur               Point
 	fallback          int64
 	accrued           ration.Amount // what the spenders' refill shares added to their leases
+
+	// The client contract (client.go).
+	errs            []int64 // per refusal: Retry-After minus the ideal's wait, µs
+	late, early     int64   // refusals later than the ideal's wait by more than the slack; earlier than it
+	retries         int64   // the client's requests sent again after a refusal
+	retriesAdmitted int64
+	lastReq         []int64 // by instance: its last request, µs
+	idlePending     []bool  // by instance: an idle check is scheduled
+	idleChecks      int64
+	idleHolding     int64       // checks at which the instance still held budget
+	idleKeys        int64       // of those, with keys in its spender
+	idleShares      int64       // of those, with a refill share at the allocator
+	idleHeld        int64       // the most units of the primary budget the allocator counted for one idle instance
+	holds           []allocHold // by endpoint × budget: the allocator's holding as its last answer stated it
+}
+
+// allocHold is what the allocator's last answer to an endpoint said it
+// holds on one budget, and until when the holding counts.
+type allocHold struct {
+	held   int64 // KeyGrant.held, in the budget's dimension
+	share  bool  // a refill share was granted with it
+	expiry int64 // the holding stops counting (µs): TTL after the last call that touched it
 }
 
 // budgetCol is what the collector keeps for one budget, in its dimension.
@@ -61,12 +84,14 @@ func (c *collector) init(s *sim) {
 	c.bud = make([]budgetCol, len(s.budgets))
 	c.refresh = max(1, int64(s.cfg.Refresh/time.Microsecond))
 	c.pairSeen = make([]int64, len(s.budgets)*n)
+	c.lastReq, c.idlePending = make([]int64, n), make([]bool, n)
 	for i, b := range s.budgets {
 		lim := b.lim
 		bc := &c.bud[i]
 		bc.tokens = b.dim == spender.Tokens
-		bc.req, bc.reqG, bc.reqOn = window{rate: lim.RPM}, window{rate: lim.RPM}, lim.RPM > 0
-		bc.tok, bc.tokG, bc.tokOn = window{rate: lim.TPM}, window{rate: lim.TPM}, lim.TPM > 0
+		p := lim.Period()
+		bc.req, bc.reqG, bc.reqOn = newWindow(lim.RPM, p), newWindow(lim.RPM, p), lim.RPM > 0
+		bc.tok, bc.tokG, bc.tokOn = newWindow(lim.TPM, p), newWindow(lim.TPM, p), lim.TPM > 0
 	}
 	if s.outTo > s.outFrom {
 		c.outFrom = s.outFrom + int64((s.cfg.TTL+s.cfg.SlowDeadline)/time.Microsecond)
@@ -114,6 +139,9 @@ func (c *collector) onOffer(s *sim, r *request) {
 	iv := 1 + s.now/c.refresh
 	for _, ch := range r.charges() {
 		if p := &c.pairSeen[int(ch.b)*len(c.instOffered)+int(r.inst)]; *p != iv {
+			if *p == 0 || *p < iv-1 {
+				c.activations++ // not active in the interval before
+			}
 			*p = iv
 			c.pairIntervals++
 		}
@@ -142,6 +170,9 @@ func (c *collector) onIdeal(s *sim, r *request) {
 // (net of the refund at settlement), the actual usage the totals.
 func (c *collector) onAdmit(s *sim, r *request) {
 	c.admitted++
+	if r.attempt > 0 {
+		c.retriesAdmitted++
+	}
 	c.instAdmitted[r.origin]++
 	c.cur.Admitted += float64(c.primaryUnits(r))
 	if s.now >= c.outFrom && s.now < c.outTo {
@@ -207,15 +238,80 @@ func (c *collector) onAnswered(s *sim, keys int) {
 	}
 }
 
-// applied records what the allocator did with one call (each sequence once).
-func (c *collector) onApplied(s *sim, req *leasev1.AcquireRequest, resp *leasev1.AcquireResponse) {
+// onApplied records what the allocator did with one call of endpoint ep
+// (each sequence once): the budget it moved, and the holding it states.
+func (c *collector) onApplied(s *sim, ep int32, req *leasev1.AcquireRequest, resp *leasev1.AcquireResponse) {
+	nb := len(c.bud)
+	if need := (int(ep) + 1) * nb; len(c.holds) < need {
+		c.holds = append(c.holds, make([]allocHold, need-len(c.holds))...)
+	}
 	for i, k := range req.GetKeys() {
 		g := resp.GetKeys()[i]
-		b := &c.bud[s.budgetOf[k.GetKey()]]
+		bi := int(s.budgetOf[k.GetKey()])
+		b := &c.bud[bi]
 		b.debt += b.amount(k.GetDebt())
 		b.granted += b.amount(g.GetGranted())
 		b.returned += b.amount(g.GetReturned())
+		h := &c.holds[int(ep)*nb+bi]
+		sh := g.GetShare()
+		h.held, h.share = b.amount(g.GetHeld()), sh.GetRequestsPpm() > 0 || sh.GetTokensPpm() > 0
+		h.expiry = max(h.expiry, s.now+int64(s.cfg.TTL/time.Microsecond))
 	}
+}
+
+// onReleased records that endpoint ep's Release was applied: the
+// allocator drops its holdings.
+func (c *collector) onReleased(ep int32) {
+	nb := len(c.bud)
+	if end := (int(ep) + 1) * nb; end <= len(c.holds) {
+		clear(c.holds[int(ep)*nb : end])
+	}
+}
+
+// onRefusal records a refusal's Retry-After ra beside the ideal's exact
+// wait for the same request at the same instant.
+func (c *collector) onRefusal(ra, ideal time.Duration) {
+	c.errs = append(c.errs, int64((ra-ideal)/time.Microsecond))
+	switch {
+	case ra > ideal+LateSlack+ideal/LateSlackDiv:
+		c.late++
+	case ra < ideal:
+		c.early++
+	}
+}
+
+// onIdle records what instance i still holds a TTL after its last
+// request: keys in its spender, and the holdings the allocator's last
+// answers to its endpoints stated that still count.
+func (c *collector) onIdle(s *sim, i int32, keys int64) {
+	c.idleChecks++
+	nb := len(c.bud)
+	var held int64               // units of the primary budget
+	other, share := false, false // units held on any budget; a refill share
+	for ep, e := range s.eps {
+		if e.inst != i || (ep+1)*nb > len(c.holds) {
+			continue
+		}
+		for bi, h := range c.holds[ep*nb : (ep+1)*nb] {
+			if h.expiry <= s.now {
+				continue
+			}
+			other, share = other || h.held > 0, share || h.share
+			if bi == c.primary {
+				held += h.held
+			}
+		}
+	}
+	if keys > 0 || other || share {
+		c.idleHolding++
+	}
+	if keys > 0 {
+		c.idleKeys++
+	}
+	if share {
+		c.idleShares++
+	}
+	c.idleHeld = max(c.idleHeld, held)
 }
 
 // sample closes the current time-series bucket.
@@ -229,8 +325,12 @@ func (c *collector) sample(s *sim) {
 func (s *sim) result() *Result {
 	c := &s.col
 	cfg := s.cfg
+	load := cfg.Overload
+	if !cfg.Scenario.Loaded() {
+		load = 0
+	}
 	r := &Result{
-		Scenario: cfg.Scenario.Name, Strategy: cfg.Strategy, Instances: cfg.Instances, Overload: cfg.Overload,
+		Scenario: cfg.Scenario.Name, Strategy: cfg.Strategy, Instances: cfg.Instances, Overload: load,
 		Duration: cfg.Duration, Seed: cfg.Seed, TTL: cfg.TTL,
 		Offered: c.offered, Admitted: c.admitted,
 		InstOffered: c.instOffered, InstAdmitted: c.instAdmitted, InstIdeal: c.instIdeal,
@@ -265,6 +365,22 @@ func (s *sim) result() *Result {
 	if r.ActivePairs > 0 {
 		r.KeyGrantsPerPair = r.KeyGrantsPerSec / r.ActivePairs
 	}
+	r.PairIntervals, r.PairActivations = c.pairIntervals, c.activations
+	if c.activations > 0 {
+		r.KeyGrantsPerActivation = float64(c.keyGrantsTraffic) / float64(c.activations)
+	}
+	if sc := cfg.Scenario; sc.Tokens && sc.Charging == OneKey {
+		tokens := r.Capacity
+		if cfg.Strategy == Leased {
+			tokens += int64(float64(cfg.Limits.TPM) * cfg.TTL.Seconds() / cfg.Limits.Period().Seconds())
+		}
+		m := TokensPool(cfg, tokens)
+		r.SplitVsIdeal = m.Split / m.Single
+	}
+	r.retryErrors(c.errs, c.late, c.early)
+	r.Retries, r.RetriesAdmitted = c.retries, c.retriesAdmitted
+	r.IdleChecks, r.IdleHolding, r.IdleKeys, r.IdleShares = c.idleChecks, c.idleHolding, c.idleKeys, c.idleShares
+	r.IdleHeld = float64(c.idleHeld)
 	r.finishFairness()
 	r.percentiles(c.waits)
 	if c.outTo > c.outFrom {
@@ -292,7 +408,8 @@ func (s *sim) budgetResult(b budget, bc *budgetCol, T float64) BudgetResult {
 	if b.dim == spender.Tokens {
 		rateMin, br.Capacity = lim.TPM, capOf(lim.TPM, lim.BurstTokens)
 	}
-	br.Rate = float64(rateMin) / 60
+	period := lim.Period()
+	br.Rate = float64(rateMin) / period.Seconds()
 	br.Allowed = float64(br.Capacity) + br.Rate*T
 	br.AdmitFrac = br.AdmittedUnits / br.Allowed
 	if br.IdealUnits > 0 {
@@ -302,7 +419,7 @@ func (s *sim) budgetResult(b budget, bc *budgetCol, T float64) BudgetResult {
 	over := func(w *window, rate, burst int64) (limit, lease float64) {
 		C := float64(capOf(rate, burst))
 		ex := w.maxExcess()
-		return (ex - C) / C, (ex - C - float64(rate)*cfg.TTL.Minutes()) / C
+		return (ex - C) / C, (ex - C - float64(rate)*cfg.TTL.Seconds()/period.Seconds()) / C
 	}
 	br.OverLimit, br.OverLease, br.OverLimitGranted, br.OverLeaseGranted = -1, -1, -1, -1
 	if bc.reqOn {

@@ -66,11 +66,11 @@ type Config struct {
 	Scenario  Scenario
 	Strategy  Strategy
 	Instances int           // fleet size N (the maximum, for autoscaling); default 8
-	Duration  time.Duration // virtual time traffic is offered; default 5m
+	Duration  time.Duration // virtual time traffic is offered; default the scenario's, or 5m
 	Seed      uint64        // seeds the traffic, the schedule and the network; same seed, same result
 
-	// Limits of the one simulated key. Zero fields take the scenario's
-	// defaults (RPM 6000, or TPM 1,200,000 for the tokens scenario).
+	// Limits of the one simulated key. Zero: the scenario's
+	// (Scenario.DefaultLimits).
 	Limits ration.Limits
 	// Overload is offered load over the binding limit's rate; default 2.
 	Overload float64
@@ -82,7 +82,7 @@ type Config struct {
 	SlowDeadline time.Duration          // spender slow-path deadline; default 50ms (the spender's)
 	Horizon      time.Duration          // spender lease horizon; default 2s (the spender's)
 	Tick         time.Duration          // spender maintenance interval; default 250ms (the spender's)
-	SeriesStep   time.Duration          // time-series bucket width; default 1s
+	SeriesStep   time.Duration          // time-series bucket width; default 1s, or Duration/300 when longer (about 300 points a run)
 
 	// Refresh is the refresh interval active (key, gateway) pairs are
 	// counted over (Result.ActivePairs): a pair is active in an interval
@@ -97,6 +97,9 @@ type Config struct {
 	// wrapSource, if not nil, wraps the allocator's service as every
 	// allocator call of the run reaches it (tests count through it).
 	wrapSource func(spender.LeaseSource) spender.LeaseSource
+	// retryAfter, if not nil, replaces the Retry-After each refusal tells
+	// its client (tests: a gateway that names the wrong wait).
+	retryAfter func(time.Duration) time.Duration
 }
 
 // withDefaults fills zero fields.
@@ -105,10 +108,13 @@ func (c Config) withDefaults() Config {
 		c.Instances = 8
 	}
 	if c.Duration <= 0 {
+		c.Duration = c.Scenario.Duration
+	}
+	if c.Duration <= 0 {
 		c.Duration = 5 * time.Minute
 	}
 	if c.Limits == (ration.Limits{}) {
-		c.Limits = c.Scenario.defaultLimits()
+		c.Limits = c.Scenario.DefaultLimits()
 	}
 	if c.Overload <= 0 {
 		c.Overload = 2
@@ -142,7 +148,7 @@ func (c Config) withDefaults() Config {
 		c.Tick = lt.MaintenanceInterval
 	}
 	if c.SeriesStep <= 0 {
-		c.SeriesStep = time.Second
+		c.SeriesStep = max(time.Second, c.Duration/300)
 	}
 	if c.Refresh <= 0 {
 		c.Refresh = c.Horizon

@@ -23,9 +23,13 @@
 // instance's admission probability and Jain's index, allocator calls per
 // admission, key-grants (the key entries the allocator answered) per
 // second and per active (key, gateway) pair, added latency, fallback
-// admissions, stranded budget and tokens reserved against used; and, per
+// admissions, stranded budget and tokens reserved against used; per
 // budget (Result.Budgets), the admitted units against the ideal's and each
-// budget's worst window.
+// budget's worst window; and the client contract: every refusal's
+// Retry-After beside the ideal's exact wait for the same request at the
+// same instant, the share of a client's honoured retries admitted
+// (Scenario.Client), and what each gateway still holds, in its spender
+// and at the allocator, a TTL after its last request.
 //
 // # Guarantees
 //
@@ -38,7 +42,15 @@
 //     simulator only carries messages and keeps score.
 //   - The overshoot is exact: the worst window is found in one pass over
 //     the net charges (reserved at admission, refund at settlement) in
-//     integer units of 1/60e6 token (see window).
+//     integer units of 1/period token, the period in µs (see window).
+//   - Same seed, same arrivals: the traffic's requests are the same for
+//     every strategy. A client that honours Retry-After
+//     (Scenario.Client) sends what it was told to, so its requests, drawn
+//     from a stream of their own, follow the strategy.
+//   - The client contract reads a spender only as an operator would:
+//     ration_spender_keys_held from its metrics, and the allocator's
+//     answers to it (each holding counted until TTL after the last call
+//     that touched it, as the ledger counts it).
 //
 // # Caveats
 //

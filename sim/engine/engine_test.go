@@ -300,24 +300,29 @@ func TestIsFallbackMatchesMetrics(t *testing.T) {
 
 // TestSameSeedSameResult: a run is a function of its Config, also where
 // each spender holds several keys (team: its maintenance scan walks them
-// in an order that differs between Limiters).
+// in an order that differs between Limiters) and where a client's
+// requests follow what the strategy told it (client-load).
 func TestSameSeedSameResult(t *testing.T) {
 	for _, st := range Strategies() {
 		t.Run("lossy/"+string(st), func(t *testing.T) {
 			t.Parallel()
-			sameSeedSameResult(t, "lossy", st)
+			sameSeedSameResult(t, "lossy", st, 20*time.Second)
 		})
 	}
 	for _, st := range []Strategy{Leased, LeasedStrict} {
 		t.Run("team/"+string(st), func(t *testing.T) {
 			t.Parallel()
-			sameSeedSameResult(t, "team", st)
+			sameSeedSameResult(t, "team", st, 20*time.Second)
+		})
+		t.Run("client-load/"+string(st), func(t *testing.T) {
+			t.Parallel()
+			sameSeedSameResult(t, "client-load", st, 10*time.Minute)
 		})
 	}
 }
 
-func sameSeedSameResult(t *testing.T, name string, st Strategy) {
-	cfg := Config{Scenario: scenario(t, name), Strategy: st, Duration: 20 * time.Second, Seed: 9}
+func sameSeedSameResult(t *testing.T, name string, st Strategy, d time.Duration) {
+	cfg := Config{Scenario: scenario(t, name), Strategy: st, Duration: d, Seed: 9}
 	a, b := mustRun(t, cfg), mustRun(t, cfg)
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("two runs with seed 9 differ:\n%+v\n%+v", a, b)

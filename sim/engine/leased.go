@@ -31,7 +31,8 @@ func (leased) join(s *sim, i int32) {
 	if err != nil {
 		panic(err) // a fresh registry cannot hold a duplicate
 	}
-	tap := &releaseTap{s: s}
+	in.ep = s.newEndpoint(i)
+	tap := &releaseTap{s: s, ep: in.ep}
 	in.lim = mustLimiter(s.clk,
 		spender.WithShards(1), // a few keys: one shard keeps maintenance cheap
 		spender.WithLeases(tap),
@@ -42,7 +43,6 @@ func (leased) join(s *sim, i int32) {
 		spender.WithMetrics(m),
 	)
 	in.m = tap.m
-	in.ep = s.newEndpoint(i)
 }
 
 func (leased) leave(*sim, int32) {}
@@ -106,7 +106,7 @@ func (leased) try(s *sim, id int32) {
 			panic(fmt.Sprintf("engine: leased Reserve: %v", err))
 		}
 		r.wait = nil
-		s.reject(id)
+		s.reject(id, rej)
 	}
 }
 
@@ -238,8 +238,9 @@ func (l leased) finish(s *sim) {
 // stranded budget can be accounted, and counts the key entries the
 // allocator answers as the network path does.
 type releaseTap struct {
-	s *sim
-	m leasedrive.Machine
+	s  *sim
+	ep int32 // the spender's endpoint
+	m  leasedrive.Machine
 }
 
 var _ leasedrive.Source = (*releaseTap)(nil)
@@ -267,6 +268,7 @@ func (t *releaseTap) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*l
 	resp, err := t.s.src.Release(ctx, r)
 	if err == nil {
 		c := &t.s.col
+		c.onReleased(t.ep)
 		for i, k := range r.GetKeys() {
 			b := &c.bud[t.s.budgetOf[k.GetKey()]]
 			b.debt += b.amount(k.GetDebt())
@@ -276,8 +278,6 @@ func (t *releaseTap) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*l
 	return resp, err
 }
 
-// fallbackAdmits reads admitted_total{path="fallback"} from a spender's
-// registry.
 // shareAccrued reads what the spender's refill shares added to its leases
 // (ration_spender_share_accrued_total, by dimension).
 func shareAccrued(reg *prometheus.Registry) ration.Amount {
@@ -307,6 +307,8 @@ func shareAccrued(reg *prometheus.Registry) ration.Amount {
 	return a
 }
 
+// fallbackAdmits reads admitted_total{path="fallback"} from a spender's
+// registry.
 func fallbackAdmits(reg *prometheus.Registry) int64 {
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -321,6 +323,23 @@ func fallbackAdmits(reg *prometheus.Registry) int64 {
 				if lp.GetName() == "path" && lp.GetValue() == "fallback" {
 					return int64(m.GetCounter().GetValue())
 				}
+			}
+		}
+	}
+	return 0
+}
+
+// keysHeld reads ration_spender_keys_held, the keys a spender holds state
+// for (as of its last maintenance scan), from its registry.
+func keysHeld(reg *prometheus.Registry) int64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "ration_spender_keys_held" {
+			for _, m := range mf.GetMetric() {
+				return int64(m.GetGauge().GetValue())
 			}
 		}
 	}

@@ -129,7 +129,7 @@ func (s *sim) netArrive(ep int32, g uint32) {
 	}
 	if err == nil && e.body.GetCaller().GetSequence() != e.applied {
 		e.applied = e.body.GetCaller().GetSequence()
-		s.col.onApplied(s, e.body, resp)
+		s.col.onApplied(s, ep, e.body, resp)
 	}
 	if g != e.attempt {
 		return // the sender gave up on this attempt; the allocator applied it anyway

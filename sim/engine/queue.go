@@ -18,6 +18,8 @@ const (
 	evJoin                         // instance a joins the fleet
 	evLeave                        // instance a stops receiving traffic
 	evRenew                        // central slot a renews its holding (generation g)
+	evClient                       // the client sends its next request (a = 0) or sends again the one refused (a = 1)
+	evIdle                         // instance a may have gone a TTL without a request
 )
 
 // event is one entry of the queue. Events at the same instant run in the

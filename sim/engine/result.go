@@ -18,7 +18,7 @@ type Result struct {
 	Scenario  string
 	Strategy  Strategy
 	Instances int
-	Overload  float64       // offered load over the binding limit's rate
+	Overload  float64       // offered load over the binding limit's rate; 0: none but the client's (ClientAlone)
 	Duration  time.Duration // traffic was offered for this long (virtual)
 	Seed      uint64
 	Primary   string // the primary budget's key
@@ -94,6 +94,53 @@ type Result struct {
 	Refresh          time.Duration
 	ActivePairs      float64
 	KeyGrantsPerPair float64
+	// PairIntervals counts the (pair, refresh interval) where the pair
+	// was active, PairActivations those where it was not active in the
+	// interval before (a pair becoming active), and
+	// KeyGrantsPerActivation is the key-grants answered during the
+	// traffic over PairActivations.
+	PairIntervals          int64
+	PairActivations        int64
+	KeyGrantsPerActivation float64
+
+	// SplitVsIdeal is, for the tokens scenario, what the best fixed split
+	// of the budget's reservations over the instances admits as a
+	// fraction of what one pool admits (TokensPool: a pool of C, or of
+	// C + rho*TTL for Leased): the most a fleet admitting only from
+	// reservations it holds can reach against the ideal. 0 elsewhere.
+	SplitVsIdeal float64
+
+	// The client contract. Refusals counts the refusals with a
+	// Retry-After (every 429), each beside the ideal single bucket's exact
+	// wait for the same request at the same instant (0 where the ideal
+	// admitted it). RetryErrP50 and RetryErrP99 are percentiles of
+	// Retry-After minus that wait (positive: late, the client waits
+	// longer than it must; negative: early, it comes back before the
+	// ideal would admit it). RetryLate is the share of refusals later
+	// than the ideal's wait by more than LateSlack plus a LateSlackDiv-th
+	// of it, RetryEarly the share earlier than it at all.
+	Refusals    int64
+	RetryErrP50 time.Duration
+	RetryErrP99 time.Duration
+	RetryLate   float64
+	RetryEarly  float64
+	// Retries counts the requests the scenario's client sent again
+	// RetryAfterSeconds after a refusal, RetriesAdmitted those admitted
+	// (Scenario.Client; 0 and 0 without a client).
+	Retries         int64
+	RetriesAdmitted int64
+	// IdleChecks counts the times a gateway went a TTL without a request
+	// (mid-run or after the traffic), and IdleHolding those at which it
+	// still held budget: keys in its spender (ration_spender_keys_held,
+	// IdleKeys), or an allocator holding that still counts with units
+	// or a refill share (IdleShares) as the allocator's last answer to
+	// the gateway stated it. IdleHeld is the most units of the primary
+	// budget the allocator still counted for one idle gateway.
+	IdleChecks  int64
+	IdleHolding int64
+	IdleKeys    int64
+	IdleShares  int64
+	IdleHeld    float64
 
 	// Added latency: the time a request waited on a simulated allocator
 	// call before its decision, over every offered request (most wait 0).
@@ -229,4 +276,29 @@ func (r *Result) percentiles(waits []int64) {
 	}
 	r.P50, r.P99 = at(0.50), at(0.99)
 	r.MaxWait = time.Duration(waits[len(waits)-1]) * time.Microsecond
+}
+
+// RetriedAdmitted is the share of the client's honoured retries that were
+// admitted, and false when it sent none.
+func (r *Result) RetriedAdmitted() (float64, bool) {
+	if r.Retries == 0 {
+		return 0, false
+	}
+	return float64(r.RetriesAdmitted) / float64(r.Retries), true
+}
+
+// retryErrors fills the Retry-After percentiles from the per-refusal
+// errors (µs; sorted here) and the late and early counts.
+func (r *Result) retryErrors(errs []int64, late, early int64) {
+	r.Refusals = int64(len(errs))
+	if len(errs) == 0 {
+		return
+	}
+	slices.Sort(errs)
+	at := func(q float64) time.Duration {
+		rank := max(0, int(math.Ceil(q*float64(len(errs))))-1) // nearest rank
+		return time.Duration(errs[rank]) * time.Microsecond
+	}
+	r.RetryErrP50, r.RetryErrP99 = at(0.50), at(0.99)
+	r.RetryLate, r.RetryEarly = float64(late)/float64(len(errs)), float64(early)/float64(len(errs))
 }

@@ -77,7 +77,43 @@ type Scenario struct {
 	// between 10% and 40% of the run, then removes them again, last in
 	// first out, between 60% and 90%.
 	Autoscale bool
+
+	// Client adds a client that honours Retry-After, alone or beside the
+	// scenario's traffic (see ClientMode).
+	Client ClientMode
+
+	// Limits are the scenario's own limits for its one key, used when
+	// Config.Limits is zero; zero here: RPM 6000, or TPM 1,200,000 for a
+	// tokens scenario.
+	Limits ration.Limits
+	// Duration is the scenario's own run length, used when
+	// Config.Duration is zero; zero here: 5 minutes.
+	Duration time.Duration
 }
+
+// ClientMode says whether a scenario has a client that honours
+// Retry-After, the one whose retries the client contract measures
+// (Result.Retries).
+type ClientMode uint8
+
+const (
+	// NoClient: only the scenario's Poisson traffic, whose clients give
+	// up on a 429.
+	NoClient ClientMode = iota
+	// ClientAlone is one client and no other traffic. It sends a request
+	// and, once the response is complete, the next; a refused request it
+	// sends again exactly spender.RetryAfterSeconds(Retry-After) seconds
+	// later (the header's whole seconds, as the OpenAI SDKs wait), until
+	// it is admitted. Each attempt, retries included, goes to the instance
+	// the scenario's router picks at that instant (from the client's own
+	// random stream): with Uniform, any instance, as behind a load
+	// balancer with no affinity.
+	ClientAlone
+	// ClientBeside is that client beside the scenario's Poisson traffic
+	// at Overload × rho, whose clients give up on a 429: the client's
+	// retries compete with other requests, not with each other's.
+	ClientBeside
+)
 
 // Scenarios returns the named scenarios in report order.
 func Scenarios() []Scenario {
@@ -95,8 +131,22 @@ func Scenarios() []Scenario {
 		{Name: "tokens-io", About: "the tokens traffic charged to an input budget (ITPM 110,000: the prompt) and an output budget (OTPM 1,090,000: max_tokens 4096, ~300 used)", Skew: Zipf, Tokens: true, Charging: InputOutput},
 		{Name: "team", About: "4 keys (RPM 4000, 3000, 2000, 1000; Zipf shares of the traffic), each request also charged to the team (RPM 6000); key k's traffic Zipf (s = 2) from instance k", Skew: Zipf, ZipfS: 2, Charging: KeyAndTeam},
 		{Name: "clusters", About: "60 keys (Zipf shares of the load) over 3 allocator clusters by rendezvous hashing; cluster b is unreachable from 40% to 60% of the run", Skew: Zipf, OutageFrom: 0.4, OutageTo: 0.6, Clusters: &Clusters{Names: []string{"a", "b", "c"}, Lost: "b"}},
+		{Name: "client", About: "one client alone on a 3 RPM key, sending again ⌈Retry-After⌉ s after each 429, each attempt on an instance drawn uniformly; an hour", Skew: Uniform, Client: ClientAlone, Limits: smallKey, Duration: time.Hour},
+		{Name: "client-load", About: "that client beside other clients offering the load × the 3 RPM key's rate (uniform), who give up on a 429; an hour", Skew: Uniform, Client: ClientBeside, Limits: smallKey, Duration: time.Hour},
+		{Name: "client-day", About: "that client alone on a per-day key (5 a day: waits in hours); 49 hours", Skew: Uniform, Client: ClientAlone, Limits: dayKey, Duration: 49 * time.Hour},
 	}
 }
+
+// The client scenarios' keys: the gateway demo's small key, and a key of
+// five requests a day (Limits.Window).
+var (
+	smallKey = ration.Limits{RPM: 3}
+	dayKey   = ration.Limits{RPM: 5, Window: 24 * time.Hour}
+)
+
+// Loaded reports whether the scenario's traffic depends on the offered
+// load (Config.Overload): every scenario but a client alone.
+func (s Scenario) Loaded() bool { return s.Client != ClientAlone }
 
 // Charging says which budgets each request of a scenario is charged to,
 // all or nothing (spender.Limiter.ReserveAll when there are several).
@@ -179,7 +229,7 @@ func ScenarioByName(name string) (Scenario, error) {
 			return s, nil
 		}
 	}
-	names := make([]string, 0, 11)
+	var names []string
 	for _, s := range Scenarios() {
 		names = append(names, s.Name)
 	}
@@ -200,7 +250,12 @@ func (s Scenario) Dim() spender.Dimension {
 	return spender.Requests
 }
 
-func (s Scenario) defaultLimits() ration.Limits {
+// DefaultLimits are the limits a run of s has when Config.Limits is zero:
+// the scenario's own, or RPM 6000 (TPM 1,200,000 for a tokens scenario).
+func (s Scenario) DefaultLimits() ration.Limits {
+	if s.Limits != (ration.Limits{}) {
+		return s.Limits
+	}
 	if s.Tokens {
 		return ration.Limits{TPM: 1_200_000}
 	}

@@ -50,6 +50,8 @@ type sim struct {
 	q     queue
 	tr    *traffic
 	nrng  *rand.Rand // network randomness, its own stream
+	crng  *rand.Rand // the client's requests and routing, its own stream
+	retry request    // what the client sends again (evClient with a = 1)
 	insts []instance
 	live  []int32 // live instances in index order
 	reqs  []request
@@ -127,6 +129,7 @@ func newSim(cfg Config) (*sim, error) {
 		end:      int64(cfg.Duration / time.Microsecond),
 		tr:       newTraffic(cfg, primary),
 		nrng:     rand.New(rand.NewPCG(cfg.Seed, 2)),
+		crng:     rand.New(rand.NewPCG(cfg.Seed, 3)),
 		insts:    make([]instance, cfg.Instances),
 		budgets:  bs,
 		primary:  primary,
@@ -179,7 +182,12 @@ func newSim(cfg Config) (*sim, error) {
 	for j, at := range leaves {
 		s.q.push(event{at: at, kind: evLeave, a: int32(initial + j)})
 	}
-	s.q.push(event{at: s.tr.next(0), kind: evArrival})
+	if cfg.Scenario.Loaded() {
+		s.q.push(event{at: s.tr.next(0), kind: evArrival})
+	}
+	if cfg.Scenario.Client != NoClient {
+		s.q.push(event{at: 0, kind: evClient})
+	}
 	s.q.push(event{at: int64(cfg.SeriesStep / time.Microsecond), kind: evSample})
 	if _, ok := s.strat.(*leased); ok {
 		s.q.push(event{at: int64(cfg.Tick / time.Microsecond), kind: evTick})
@@ -289,6 +297,10 @@ func (s *sim) dispatch(e event) {
 		s.join(e.a)
 	case evLeave:
 		s.leave(e.a)
+	case evClient:
+		s.clientSends(e.a == 1)
+	case evIdle:
+		s.idleCheck(e.a)
 	}
 }
 
@@ -347,32 +359,42 @@ func (s *sim) release(id int32) {
 	}
 }
 
+// arrival offers the traffic's next request and schedules the one after.
 func (s *sim) arrival() {
 	id := s.alloc()
+	s.tr.fill(&s.reqs[id], s.now, s.live)
+	s.offer(id)
+	if next := s.tr.next(s.now); next < s.end {
+		s.q.push(event{at: next, kind: evArrival})
+	}
+	s.release(id)
+}
+
+// offer offers request id, drawn and routed, to the ideal bucket and to
+// the strategy.
+func (s *sim) offer(id int32) {
 	r := &s.reqs[id]
-	s.tr.fill(r, s.now, s.live)
 	s.col.onOffer(s, r)
+	r.idealWait = 0
+	var err error
 	if r.nch == 1 {
 		b := &s.budgets[r.ch[0].b]
-		if res, err := s.shadow.Reserve(s.ctx, b.name, b.lim, r.ch[0].cost); err == nil {
-			r.shadow = res
-		}
-	} else if rs, err := s.shadow.ReserveAll(s.ctx, s.chargesOf(r)); err == nil {
-		r.shadowAll = rs
+		r.shadow, err = s.shadow.Reserve(s.ctx, b.name, b.lim, r.ch[0].cost)
+	} else {
+		r.shadowAll, err = s.shadow.ReserveAll(s.ctx, s.chargesOf(r))
 	}
-	if r.shadow != nil || r.shadowAll != nil {
+	if err != nil {
+		r.idealWait = rejectWait(err)
+	} else {
 		s.col.onIdeal(s, r)
 		s.q.push(event{at: s.now + r.service, kind: evShadowSettle, b: id})
 	}
 	if st, ok := s.strat.(*standalone); ok && st.sticky {
 		r.inst = st.owner(s, r.key)
 	}
+	s.touched(r.inst)
 	s.insts[r.inst].inflight++
 	s.strat.arrive(s, id)
-	if next := s.tr.next(s.now); next < s.end {
-		s.q.push(event{at: next, kind: evArrival})
-	}
-	s.release(id)
 }
 
 // admit records request id, charged to one budget, as admitted with res
@@ -434,8 +456,10 @@ func (s *sim) actualsOf(r *request) []ration.Amount {
 	return as
 }
 
-// reject records request id as rejected.
-func (s *sim) reject(id int32) {
+// reject records request id as refused with rej (what its client is
+// told), and sends the client's request again when rej says.
+func (s *sim) reject(id int32, rej *spender.RejectError) {
+	s.told(id, rej)
 	r := &s.reqs[id]
 	r.decided, r.parked = true, false
 	s.col.onReject(s, r)
@@ -456,6 +480,9 @@ func (s *sim) settle(id int32) {
 		r.res = nil
 	}
 	s.col.onSettle(s, r)
+	if r.client && s.now < s.end {
+		s.q.push(event{at: s.now, kind: evClient}) // its next request
+	}
 	s.insts[r.inst].inflight--
 	s.checkDrained(r.inst)
 	s.release(id)

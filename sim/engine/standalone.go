@@ -83,7 +83,7 @@ func (st standalone) arrive(s *sim, id int32) {
 	if !errors.As(err, &rej) {
 		panic(fmt.Sprintf("engine: standalone Reserve: %v", err))
 	}
-	s.reject(id)
+	s.reject(id, rej)
 }
 
 // share is lim divided among n instances, at least 1 per limited dimension.

@@ -62,6 +62,14 @@ type request struct {
 	ep        int32           // central: the endpoint deciding it
 	decided   bool
 	fb        uint32 // bit i: charge i was admitted under a leased spender's fallback policy
+
+	// The client contract. client: sent by the scenario's client, which
+	// honours Retry-After; attempt: 0 for its first sending, n for its
+	// n-th retry; idealWait: the ideal's wait for it at arrival, 0 if the
+	// ideal admitted it.
+	client    bool
+	attempt   int32
+	idealWait time.Duration
 }
 
 // multiRes is the admission of a request charged to several budgets:
@@ -86,9 +94,10 @@ type traffic struct {
 }
 
 func newTraffic(c Config, primary int) *traffic {
-	perSec := c.Overload * float64(c.Limits.RPM) / 60
+	period := c.Limits.Period().Seconds()
+	perSec := c.Overload * float64(c.Limits.RPM) / period
 	if c.Scenario.Tokens {
-		perSec = c.Overload * float64(c.Limits.TPM) / 60 / usedPerRequest
+		perSec = c.Overload * float64(c.Limits.TPM) / period / usedPerRequest
 	}
 	g := &traffic{
 		rng:      rand.New(rand.NewPCG(c.Seed, 1)),
@@ -114,10 +123,15 @@ func (g *traffic) next(t int64) int64 {
 }
 
 // fill draws the request arriving at t on one of live.
-func (g *traffic) fill(r *request, t int64, live []int32) {
+func (g *traffic) fill(r *request, t int64, live []int32) { g.draw(g.rng, r, t, live) }
+
+// draw draws a request arriving at t on one of live from rng: the
+// traffic's own stream, or the client's (whose requests depend on what
+// the strategy admitted, and so must not move the traffic's).
+func (g *traffic) draw(rng *rand.Rand, r *request, t int64, live []int32) {
 	*r = request{at: t, ep: -1, nch: 1}
 	if g.charging == KeyAndTeam {
-		u := g.rng.Float64()
+		u := rng.Float64()
 		r.key = int32(len(g.keyCum) - 1)
 		for k, c := range g.keyCum {
 			if u < c {
@@ -126,7 +140,7 @@ func (g *traffic) fill(r *request, t int64, live []int32) {
 			}
 		}
 	}
-	r.origin = g.router.pick(g.rng, t, live, int(r.key))
+	r.origin = g.router.pick(rng, t, live, int(r.key))
 	r.inst = r.origin
 	if !g.tokens {
 		one := ration.Amount{Requests: 1}
@@ -136,11 +150,11 @@ func (g *traffic) fill(r *request, t int64, live []int32) {
 			r.ch[1] = charge{b: g.team, cost: one, actual: one}
 			r.nch = 2
 		}
-		r.service = int64(500_000 + g.rng.Float64()*2_500_000) // 0.5 to 3 s
+		r.service = int64(500_000 + rng.Float64()*2_500_000) // 0.5 to 3 s
 		return
 	}
-	prompt := int64(minPrompt + g.rng.IntN(maxPrompt-minPrompt+1))
-	out := min(int64(math.Ceil(g.rng.ExpFloat64()*meanOutputTokens)), declaredMaxTokens)
+	prompt := int64(minPrompt + rng.IntN(maxPrompt-minPrompt+1))
+	out := min(int64(math.Ceil(rng.ExpFloat64()*meanOutputTokens)), declaredMaxTokens)
 	if g.charging == InputOutput {
 		// The prompt is known when the request arrives: reserved and
 		// settled alike. The output reserves max_tokens.

@@ -1,6 +1,9 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestWindowMatchesBruteForce checks the one-pass window against every
 // window of a small admission sequence.
@@ -8,7 +11,7 @@ func TestWindowMatchesBruteForce(t *testing.T) {
 	type ev struct{ t, d int64 }
 	evs := []ev{{0, 5}, {10, 3}, {10, -2}, {500_000, 7}, {1_000_000, 1}, {1_000_001, 4}, {3_000_000, -1}, {3_000_000, 6}}
 	const rate = 60 // one a second
-	w := window{rate: rate}
+	w := newWindow(rate, time.Minute)
 	for _, e := range evs {
 		w.add(e.t, e.d)
 	}

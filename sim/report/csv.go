@@ -20,7 +20,10 @@ func ResultsCSV(w io.Writer, rs []*engine.Result) error {
 		"over_limit_frac_of_c", "over_lease_frac_of_c", "over_limit_granted_frac_of_c", "over_lease_granted_frac_of_c",
 		"jain", "min_prob", "max_prob", "calls", "calls_per_admit",
 		"key_grants", "key_grants_per_s", "refresh_s", "active_pairs", "key_grants_per_s_per_pair", "waited_frac", "p50_ms", "p99_ms", "max_wait_ms",
-		"fallback_admits", "fallback_units", "alloc_errors", "stranded_units", "stranded_frac", "reserved_tokens", "used_tokens"})
+		"fallback_admits", "fallback_units", "alloc_errors", "stranded_units", "stranded_frac", "reserved_tokens", "used_tokens",
+		"pair_intervals", "pair_activations", "key_grants_per_activation", "split_vs_ideal",
+		"refusals", "retry_err_p50_s", "retry_err_p99_s", "retry_late_frac", "retry_early_frac", "retries", "retries_admitted",
+		"idle_checks", "idle_holding", "idle_keys", "idle_shares", "idle_held_units"})
 	for _, r := range rs {
 		cw.Write([]string{r.Scenario, string(r.Strategy), d(int64(r.Instances)), f(r.Overload), f(r.Duration.Seconds()), strconv.FormatUint(r.Seed, 10),
 			r.Dim.String(), d(r.Capacity), f(r.Rate), f(r.TTL.Seconds()),
@@ -29,7 +32,10 @@ func ResultsCSV(w io.Writer, rs []*engine.Result) error {
 			f(r.Jain), f(r.MinProb), f(r.MaxProb), d(r.Calls), f(r.CallsPerAdmit),
 			d(r.KeyGrants), f(r.KeyGrantsPerSec), f(r.Refresh.Seconds()), f(r.ActivePairs), f(r.KeyGrantsPerPair), f(r.WaitedFrac),
 			f(r.P50.Seconds() * 1e3), f(r.P99.Seconds() * 1e3), f(r.MaxWait.Seconds() * 1e3),
-			d(r.Fallback), f(r.FallbackUnits), d(r.AllocErrors), known(r.StrandedUnknown, f(r.Stranded)), known(r.StrandedUnknown, f(r.StrandedFrac)), d(r.ReservedTokens), d(r.UsedTokens)})
+			d(r.Fallback), f(r.FallbackUnits), d(r.AllocErrors), known(r.StrandedUnknown, f(r.Stranded)), known(r.StrandedUnknown, f(r.StrandedFrac)), d(r.ReservedTokens), d(r.UsedTokens),
+			d(r.PairIntervals), d(r.PairActivations), f(r.KeyGrantsPerActivation), f(r.SplitVsIdeal),
+			d(r.Refusals), f(r.RetryErrP50.Seconds()), f(r.RetryErrP99.Seconds()), f(r.RetryLate), f(r.RetryEarly), d(r.Retries), d(r.RetriesAdmitted),
+			d(r.IdleChecks), d(r.IdleHolding), d(r.IdleKeys), d(r.IdleShares), f(r.IdleHeld)})
 	}
 	cw.Flush()
 	return cw.Error()

@@ -43,6 +43,7 @@ func columns() []column[*engine.Result] {
 		{"grants/s", func(r *engine.Result) string { return fmt.Sprintf("%.2f", r.KeyGrantsPerSec) }},
 		{"pairs", func(r *engine.Result) string { return fmt.Sprintf("%.1f", r.ActivePairs) }},
 		{"grants/s/pair", func(r *engine.Result) string { return fmt.Sprintf("%.3f", r.KeyGrantsPerPair) }},
+		{"grants/act", func(r *engine.Result) string { return fmt.Sprintf("%.2f", r.KeyGrantsPerActivation) }},
 		{"waited", func(r *engine.Result) string { return pct(r.WaitedFrac) }},
 		{"p50", func(r *engine.Result) string { return ms(r.P50) }},
 		{"p99", func(r *engine.Result) string { return ms(r.P99) }},
@@ -50,7 +51,49 @@ func columns() []column[*engine.Result] {
 		{"fallback", func(r *engine.Result) string { return fmt.Sprint(r.Fallback) }},
 		{"stranded", func(r *engine.Result) string { return known(r.StrandedUnknown, pct(r.StrandedFrac)) }},
 		{"resv/used", func(r *engine.Result) string { return resv(r) }},
+		{"retried adm", retried},
+		{"RA−ideal p50", func(r *engine.Result) string { return refused(r, signed(r.RetryErrP50)) }},
+		{"RA−ideal p99", func(r *engine.Result) string { return refused(r, signed(r.RetryErrP99)) }},
+		{"RA late", func(r *engine.Result) string { return refused(r, pct(r.RetryLate)) }},
+		{"RA early", func(r *engine.Result) string { return refused(r, pct(r.RetryEarly)) }},
+		{"idle held", func(r *engine.Result) string { return fmt.Sprintf("%d/%d", r.IdleHolding, r.IdleChecks) }},
+		{"idle units", func(r *engine.Result) string { return fmt.Sprintf("%.0f", r.IdleHeld) }},
 	}...)
+}
+
+// retried is the share of the client's honoured retries admitted, and of
+// how many; "-" without a client.
+func retried(r *engine.Result) string {
+	share, ok := r.RetriedAdmitted()
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%s of %d", pct(share), r.Retries)
+}
+
+// refused is v, or "-" for a run that refused nothing.
+func refused(r *engine.Result, v string) string {
+	if r.Refusals == 0 {
+		return "-"
+	}
+	return v
+}
+
+// signed shows a signed duration in ms, s or h, with its sign.
+func signed(d time.Duration) string {
+	sign := "+"
+	if d < 0 {
+		sign, d = "-", -d
+	}
+	switch {
+	case d == 0:
+		return "0"
+	case d < time.Second:
+		return fmt.Sprintf("%s%.1fms", sign, float64(d)/float64(time.Millisecond))
+	case d < time.Hour:
+		return fmt.Sprintf("%s%.2fs", sign, d.Seconds())
+	}
+	return fmt.Sprintf("%s%.2fh", sign, d.Hours())
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
@@ -63,8 +106,14 @@ func known(unknown bool, v string) string {
 	return v
 }
 
-// load is the offered load over the limit, as a multiple.
-func load(r *engine.Result) string { return fmt.Sprintf("%g×", r.Overload) }
+// load is the offered load over the limit, as a multiple; "-" for a
+// client alone.
+func load(r *engine.Result) string {
+	if r.Overload == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%g×", r.Overload)
+}
 
 // over shows an overshoot as a percentage of C; at or below the bound
 // it shows how far below, in brackets.
