@@ -70,12 +70,18 @@ func TestReserveSettleCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, err := range []error{
-		func() error { _, err := h.res.Cancel(ctx, &sidecarv1.CancelRequest{ReservationId: r3.ReservationId}); return err }(),
+		func() error {
+			_, err := h.res.Cancel(ctx, &sidecarv1.CancelRequest{ReservationId: r3.ReservationId})
+			return err
+		}(),
 		func() error {
 			_, err := h.res.Settle(ctx, &sidecarv1.SettleRequest{ReservationId: r.ReservationId, Usage: []*leasev1.Amount{{}, {}}})
 			return err
 		}(),
-		func() error { _, err := h.res.Cancel(ctx, &sidecarv1.CancelRequest{ReservationId: "guess"}); return err }(),
+		func() error {
+			_, err := h.res.Cancel(ctx, &sidecarv1.CancelRequest{ReservationId: "guess"})
+			return err
+		}(),
 	} {
 		if connect.CodeOf(err) != connect.CodeNotFound {
 			t.Errorf("a used or unknown id: %v, want NOT_FOUND", err)
