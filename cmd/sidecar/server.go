@@ -256,6 +256,7 @@ func watchConfig(cfg config, svc *sidecar.Service, hup <-chan os.Signal, log *sl
 		if c := svc.Config(); c != nil {
 			last = c.Sum()
 		}
+		lastErr := "" // a configuration that keeps failing is logged once per new error
 		for {
 			signalled := false
 			select {
@@ -272,9 +273,12 @@ func watchConfig(cfg config, svc *sidecar.Service, hup <-chan os.Signal, log *sl
 			c, err := sidecar.LoadConfig(cfg.rlsConfig)
 			switch {
 			case err != nil:
-				log.Error("sidecar: the rate limit configuration did not load; the one in force stays", "dir", cfg.rlsConfig, "err", err)
+				if err.Error() != lastErr || signalled {
+					log.Error("sidecar: the rate limit configuration did not load; the one in force stays", "dir", cfg.rlsConfig, "err", err)
+				}
+				lastErr = err.Error()
 			case c.Sum() != last || signalled:
-				last = c.Sum()
+				last, lastErr = c.Sum(), ""
 				svc.SetConfig(c)
 				log.Info("sidecar: rate limit configuration reloaded", "dir", cfg.rlsConfig, "domains", c.Domains())
 			}
