@@ -271,3 +271,53 @@ func TestFlags(t *testing.T) {
 		t.Fatalf("environment: %+v %v", cfg, err)
 	}
 }
+
+// TestConfigReload: SIGHUP reloads -ratelimit-config; a configuration
+// that does not load is logged and the one in force stays.
+func TestConfigReload(t *testing.T) {
+	dir := configDir(t, perMinute) // api_key: 120 a minute
+	cfg, err := parseConfig([]string{"-listen", "127.0.0.1:0", "-embedded", "-data-dir", t.TempDir(),
+		"-ratelimit-config", dir, "-ratelimit-config-reload-interval", "0"}, func(string) string { return "" }, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hup := make(chan os.Signal)
+	addr, done := make(chan string, 1), make(chan error, 1)
+	logs := &testkit.SyncBuffer{}
+	go func() { done <- run(ctx, cfg, deps{logOut: logs, hup: hup, ready: func(a string) { addr <- a }}) }()
+	c := rlsClient(t, <-addr)
+	limitOf := func() uint32 {
+		t.Helper()
+		res, err := shouldRateLimit(ctx, c, "api_key=k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Statuses[0].GetCurrentLimit().GetRequestsPerUnit()
+	}
+	if got := limitOf(); got != 120 {
+		t.Fatalf("limit %d, want 120", got)
+	}
+	write := func(y string) {
+		if err := os.WriteFile(filepath.Join(dir, "gw.yaml"), []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		hup <- os.Interrupt // any value: the channel stands for SIGHUP
+		hup <- os.Interrupt // the second send returns once the first reload is done
+	}
+	write(strings.Replace(perMinute, "120", "30", 1))
+	if got := limitOf(); got != 30 {
+		t.Fatalf("after a reload: limit %d, want 30", got)
+	}
+	write("domain: gw\ndescriptors: [{key: api_key, rate_limit: {unit: fortnight}}]")
+	if got := limitOf(); got != 30 {
+		t.Fatalf("after a bad reload: limit %d, want 30 (the one in force)", got)
+	}
+	if !strings.Contains(logs.String(), "the one in force stays") || !strings.Contains(logs.String(), "fortnight") {
+		t.Fatalf("the bad configuration was not logged:\n%s", logs)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
