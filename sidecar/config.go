@@ -41,7 +41,7 @@ type Config struct {
 type node struct {
 	exact    map[entryKey]*node // key and value, or key alone (value "")
 	wild     []wildNode         // values with '*', in file order
-	rule     *Rule              // nil: no rate_limit block
+	rule     *rule              // nil: no rate_limit block
 	share    bool               // share_threshold: values matched by this wildcard share one budget
 	pattern  string             // the wildcard value, for share
 	children bool               // has nested descriptors
@@ -55,8 +55,8 @@ type wildNode struct {
 	n     *node
 }
 
-// Rule is one rate_limit block.
-type Rule struct {
+// rule is one rate_limit block.
+type rule struct {
 	Unit            rlsv3.RateLimitResponse_RateLimit_Unit
 	RequestsPerUnit uint32
 	Unlimited       bool     // unlimited: true: answered OK, nothing charged
@@ -68,14 +68,14 @@ type Rule struct {
 // Limits are the rule's ration budget: requests_per_unit hits per unit,
 // a token bucket of that capacity refilled over the unit. Only the request
 // dimension is used: a hit is a request, or whatever hits_addend counts.
-func (r *Rule) Limits() ration.Limits {
+func (r *rule) Limits() ration.Limits {
 	return ration.Limits{RPM: int64(r.RequestsPerUnit), Window: unitWindow[r.Unit]}
 }
 
 // deny reports whether the rule refuses every hit: requests_per_unit 0,
 // which envoyproxy/ratelimit uses to block a value outright. (ration's
 // rate 0 means unlimited, so it is handled here, not by a bucket.)
-func (r *Rule) deny() bool { return !r.Unlimited && r.RequestsPerUnit == 0 }
+func (r *rule) deny() bool { return !r.Unlimited && r.RequestsPerUnit == 0 }
 
 // unitWindow maps the units ration's Limits.Window can hold (a week at
 // most); month and year cannot be expressed and are refused at load.
@@ -257,8 +257,8 @@ func (n *node) load(descs []yamlDescriptor, path string, depth int) error {
 	return nil
 }
 
-func ruleOf(y *yamlRateLimit, shadow bool) (*Rule, error) {
-	r := &Rule{RequestsPerUnit: y.RequestsPerUnit, Unlimited: y.Unlimited, Shadow: shadow, Name: y.Name}
+func ruleOf(y *yamlRateLimit, shadow bool) (*rule, error) {
+	r := &rule{RequestsPerUnit: y.RequestsPerUnit, Unlimited: y.Unlimited, Shadow: shadow, Name: y.Name}
 	unit, known := rlsv3.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(y.Unit)]
 	valid := known && unit != int32(rlsv3.RateLimitResponse_RateLimit_UNKNOWN)
 	switch {
@@ -294,7 +294,7 @@ func (c *Config) Domains() int { return len(c.domains) }
 // key alone; the rule counts only if its level is the descriptor's last
 // entry. shared[i] is the wildcard pattern that stands for entry i's value
 // in the budget key (share_threshold), or "". nil: no rule applies.
-func (c *Config) match(domain string, entries []entry) (r *Rule, shared []string) {
+func (c *Config) match(domain string, entries []entry) (r *rule, shared []string) {
 	n := c.domains[domain]
 	if n == nil {
 		return nil, nil

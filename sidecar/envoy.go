@@ -45,7 +45,7 @@ type entry struct{ key, value string }
 
 // desc is one request descriptor, read and matched.
 type desc struct {
-	rule   *Rule
+	rule   *rule
 	budget string // the ration key: domain and entries
 	hits   int64  // its cost in hits, clamped to ration.MaxAmount
 	refund bool   // is_negative_hits
@@ -127,7 +127,7 @@ func (c *Config) read(d *desc, req *rlsv3.RateLimitRequest, rd *rlcommon.RateLim
 		if _, ok := unitWindow[unit]; !ok {
 			return invalid("limit override unit %s: want second, minute, hour, day or week", unit)
 		}
-		d.rule = &Rule{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit()}
+		d.rule = &rule{Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit()}
 	} else {
 		d.rule, shared = c.match(req.GetDomain(), entries)
 	}
@@ -268,7 +268,7 @@ func pairID(domain, id string) string { return "envoy\x00" + domain + "\x00" + i
 // name it (usually one) and their hits together.
 type charge struct {
 	spender.Charge
-	rule  *Rule
+	rule  *rule
 	descs []int
 	pair  string
 }
@@ -435,7 +435,7 @@ func (s *Service) admitShadow(ctx context.Context, c charge, res *rlsv3.RateLimi
 	}
 }
 
-func currentLimit(r *Rule) *rlsv3.RateLimitResponse_RateLimit {
+func currentLimit(r *rule) *rlsv3.RateLimitResponse_RateLimit {
 	return &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: r.RequestsPerUnit, Unit: r.Unit, Name: r.Name}
 }
 
