@@ -19,9 +19,9 @@ import (
 
 // openMember starts this allocator as a member of the raft cluster the
 // -cluster-* flags describe: raft on its own listener, its peers
-// authenticated with the bearer tokens (the first one proven, any
-// accepted; none with -no-auth) and, with -tls-cert, over TLS (mutual
-// with -cluster-ca); the raft log in <data-dir>/raft.db and snapshots in
+// authenticated with the peer tokens (the first one proven, any
+// accepted; none with -no-auth or under mutual TLS alone) and, with
+// -tls-cert, over TLS (mutual with -cluster-ca); the raft log in <data-dir>/raft.db and snapshots in
 // <data-dir>/snapshots. With -cluster-bootstrap, a member without raft
 // state forms the cluster of -cluster-peers.
 func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slog.Logger, opts []allocator.Option) (*allocator.Ledger, error) {
@@ -29,7 +29,7 @@ func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slo
 	if _, err := os.Stat(filepath.Join(cfg.dataDir, "allocator.db")); err == nil {
 		log.Warn("allocator: the data directory holds a journal (allocator.db) from a run without -cluster-id; a cluster member does not read it")
 	}
-	if len(tokens) == 0 {
+	if len(tokens) == 0 && cf.ca == "" {
 		log.Warn("allocator: raft peers are not authenticated (-no-auth)")
 	}
 	sc := cluster.StreamConfig{Tokens: tokens, Logger: log, Advertise: advertiseAddr(cf.advertise)}

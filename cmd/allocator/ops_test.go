@@ -17,12 +17,12 @@ import (
 	"github.com/rationhq/ration/internal/testkit"
 )
 
-// op runs an operations subcommand as main would, with the token file,
-// and returns its output.
+// op runs an operations subcommand as main would, with the admin token
+// file, and returns its output.
 func op(t *testing.T, tokens string, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := runOp(context.Background(), append(args, "-token-file", tokens), func(string) string { return "" }, &out, io.Discard)
+	err := runOp(context.Background(), append(args, "-admin-token-file", tokens), func(string) string { return "" }, &out, io.Discard)
 	return out.String(), err
 }
 
@@ -72,7 +72,7 @@ func TestOperations(t *testing.T) {
 	member("b", 1, two, "-cluster-bootstrap")
 	waitReady(t, url(0), http.DefaultClient)
 	waitReady(t, url(1), http.DefaultClient)
-	tokens := a.cfg.tokenFile
+	tokens := a.cfg.adminTokenFile
 	leader, follower := leaderOf(t, tokens, url(0), url(1))
 
 	// Add c, started without bootstrap, through the follower.
