@@ -41,6 +41,9 @@ func encodeEntry(cmds []ledger.Command) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(cb)))
 		b = append(b, cb...)
 	}
+	if len(b) > MaxEntryBytes {
+		return nil, fmt.Errorf("cluster: an entry of %d bytes, at most %d (a StreamLayer refuses more)", len(b), MaxEntryBytes)
+	}
 	return b, nil
 }
 

@@ -116,7 +116,8 @@ func WithSnapshotStore(s raft.SnapshotStore) Option { return func(o *options) { 
 
 // WithRaftConfig lets f adjust raft's configuration (timeouts, snapshot
 // threshold and interval, trailing logs) after the defaults are set;
-// LocalID and Logger are the Node's.
+// LocalID and Logger are the Node's, and MaxAppendEntries at most 8 (what
+// a StreamLayer accepts in one request).
 func WithRaftConfig(f func(*raft.Config)) Option {
 	return func(o *options) { o.tune = append(o.tune, f) }
 }
@@ -202,6 +203,9 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	}
 	rc.LocalID = id
 	rc.Logger = newHclog(lg)
+	// A stream layer refuses an AppendEntries over maxAppendFrame, which
+	// allows this many entries.
+	rc.MaxAppendEntries = min(rc.MaxAppendEntries, maxAppendEntries)
 	r, err := raft.NewRaft(rc, fsm, o.logs, o.stable, o.snaps, trans)
 	if err != nil {
 		n.closeStore()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,22 @@ func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slo
 	if len(tokens) == 0 && cf.ca == "" {
 		log.Warn("allocator: raft peers are not authenticated (-no-auth)")
 	}
-	sc := cluster.StreamConfig{Tokens: tokens, Logger: log, Advertise: advertiseAddr(cf.advertise)}
+	// A peer may be a member of -cluster-peers or of raft's configuration
+	// (a member added through the admin API); the node exists once the
+	// transport does.
+	var node atomic.Pointer[cluster.Node]
+	members := func() map[raft.ServerID]raft.ServerAddress {
+		m := cf.peers.addrs()
+		if n := node.Load(); n != nil {
+			if servers, err := n.Members(); err == nil {
+				for _, s := range servers {
+					m[s.ID] = s.Address
+				}
+			}
+		}
+		return m
+	}
+	sc := cluster.StreamConfig{ID: raft.ServerID(cf.id), Members: members, Tokens: tokens, Logger: log, Advertise: advertiseAddr(cf.advertise)}
 	if cfg.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
 		if err != nil {
@@ -76,15 +92,15 @@ func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slo
 		trans.Close()
 		return nil, err
 	}
-	node := led.Node()
-	for _, r := range []func(prometheus.Registerer) error{node.RegisterMetrics, sl.RegisterMetrics} {
+	node.Store(led.Node())
+	for _, r := range []func(prometheus.Registerer) error{led.Node().RegisterMetrics, sl.RegisterMetrics} {
 		if err := r(reg); err != nil {
 			led.Close()
 			return nil, err
 		}
 	}
 	if cf.bootstrap {
-		switch err := node.Bootstrap(cf.peers.servers()...); {
+		switch err := led.Node().Bootstrap(cf.peers.servers()...); {
 		case errors.Is(err, raft.ErrCantBootstrap):
 			log.Info("allocator: raft state found; resuming it, not bootstrapping")
 		case err != nil:

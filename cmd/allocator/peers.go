@@ -147,6 +147,15 @@ func (p peerList) urls() map[raft.ServerID]string {
 	return out
 }
 
+// addrs maps each member's id to its raft address.
+func (p peerList) addrs() map[raft.ServerID]raft.ServerAddress {
+	out := make(map[raft.ServerID]raft.ServerAddress, len(p))
+	for _, m := range p {
+		out[m.id] = m.raftAddr
+	}
+	return out
+}
+
 // servers is the list as raft's bootstrap configuration.
 func (p peerList) servers() []raft.Server {
 	out := make([]raft.Server, len(p))
