@@ -268,3 +268,16 @@ func (r *replicated) wrap(err error) error {
 	}
 	return err
 }
+
+// RestoreBackup replaces the state of a replicated Ledger's cluster with
+// a backup (cluster.Node.RestoreBackup), on the leader. It refuses, before
+// anything changes, a backup whose latest instant is ahead of this
+// member's clock by more than a leader waits for its clock (the raft
+// election timeout unless set): no call could be stamped until then. Not
+// a cluster member: ErrNotReplicated.
+func (l *Ledger) RestoreBackup(ctx context.Context, b []byte) error {
+	if l.rep == nil {
+		return ErrNotReplicated
+	}
+	return l.rep.node.RestoreBackup(ctx, b, l.now(), l.rep.maxBehind)
+}

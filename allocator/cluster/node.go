@@ -288,17 +288,6 @@ func (n *Node) Ready() error {
 // IsLeader reports whether this node is the leader.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
-// AddVoter adds a voting member (on the leader). It returns once the
-// configuration change is committed.
-func (n *Node) AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error {
-	return n.wait(ctx, n.raft.AddVoter(id, addr, 0, timeout(ctx)))
-}
-
-// RemoveServer removes a member (on the leader).
-func (n *Node) RemoveServer(ctx context.Context, id raft.ServerID) error {
-	return n.wait(ctx, n.raft.RemoveServer(id, 0, timeout(ctx)))
-}
-
 // Snapshot takes a snapshot now and compacts the log (raft also takes
 // them on its own, per SnapshotInterval and SnapshotThreshold).
 func (n *Node) Snapshot() error { return n.raft.Snapshot().Error() }
@@ -445,7 +434,7 @@ func (n *Node) wait(ctx context.Context, f raft.Future) error {
 
 // Shutdown stops the node (raft, then the store it opened). The other
 // members see it as failed until it is removed or restarted. A call
-// waiting in Apply, ApplyBatch, AddVoter or RemoveServer returns with
+// waiting in Apply, ApplyBatch, AddMember or RemoveMember returns with
 // raft's answer if raft gave one before it stopped, and with an error
 // wrapping ErrOutcomeUnknown otherwise.
 func (n *Node) Shutdown() error {

@@ -1,9 +1,20 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"connectrpc.com/connect/v2"
+	"github.com/hashicorp/raft"
+
+	"github.com/rationhq/ration/allocator/cluster"
+	"github.com/rationhq/ration/internal/testkit"
 )
 
 // TestCredentialFlags: a cluster member needs the admin and peer
@@ -74,5 +85,76 @@ func TestCredentialsAreDistinct(t *testing.T) {
 				t.Errorf("%s: the error echoes a token: %v", tc.name, err)
 			}
 		}
+	}
+}
+
+// TestEachCredentialOpensOneRole: on a cluster member, the gateway token
+// opens the lease API only, the admin token the admin API only, and the
+// peer secret raft only: each of the others is refused there (401,
+// Unauthenticated, a refused handshake), and raft also refuses a peer
+// that proves the secret but is not a member (logged first: refusals are
+// logged at a sampled rate).
+func TestEachCredentialOpensOneRole(t *testing.T) {
+	p := freePorts(t, 2)
+	raftAddr := fmt.Sprintf("127.0.0.1:%d", p[0])
+	ts := startServer(t, testConfig(t, "-listen", fmt.Sprintf("127.0.0.1:%d", p[1]), "-cluster-id", "solo",
+		"-cluster-peers", fmt.Sprintf("solo=%s=http://127.0.0.1:%d", raftAddr, p[1]), "-cluster-bootstrap", "-cluster-election-timeout", "100ms"))
+	base := "http://" + ts.addr
+
+	admin := func(token string) int {
+		req, _ := http.NewRequest(http.MethodGet, base+"/admin/cluster", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for tok, want := range map[string]int{testAdminToken: 200, testToken: 401, "other-token": 401, testPeerToken: 401} {
+		if got := admin(tok); got != want {
+			t.Errorf("admin API with %q: %d, want %d", tok, got, want)
+		}
+	}
+	c := leaseClient(testkit.H2CClient(), base)
+	for i, tok := range []string{testAdminToken, testPeerToken} {
+		if _, err := c.Acquire(authed(tok), acquireReq("s", uint64(i+1), "k")); connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Errorf("lease API with %q: %v, want Unauthenticated", tok, err)
+		}
+	}
+	if _, err := c.Acquire(authed(testToken), acquireReq("s", 1, "k")); err != nil {
+		t.Errorf("lease API with the gateway token: %v", err)
+	}
+
+	members := func() map[raft.ServerID]raft.ServerAddress {
+		return map[raft.ServerID]raft.ServerAddress{"solo": raft.ServerAddress(raftAddr), "intruder": "127.0.0.1:1"}
+	}
+	for i, secret := range []string{testPeerToken, testToken, testAdminToken} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sl, err := cluster.NewStreamLayer(cluster.StreamConfig{Listener: ln, ID: "intruder", Members: members, Tokens: []string{secret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := sl.Dial(raft.ServerAddress(raftAddr), time.Second)
+		if !errors.Is(err, cluster.ErrPeerRefused) || secret != testPeerToken && !strings.Contains(err.Error(), "proved no accepted peer secret") {
+			t.Errorf("raft with %q as the secret: %v, want refused", secret, err)
+			conn.Close()
+		}
+		sl.Close()
+		want := fmt.Sprintf(`ration_allocator_raft_peer_refused_total{direction="in"} %d`, i+1)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, body := getBody(t, base+"/metrics"); strings.Contains(body, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the member did not count the refusal: want %s", want)
+			}
+		}
+	}
+	if reason := `names itself \"intruder\", not a member`; !strings.Contains(ts.log.String(), reason) {
+		t.Errorf("the member's log does not say %q:\n%s", reason, ts.log.String())
 	}
 }

@@ -25,7 +25,10 @@ import (
 // -tls-cert, over TLS (mutual with -cluster-ca); the raft log in <data-dir>/raft.db and snapshots in
 // <data-dir>/snapshots. With -cluster-bootstrap, a member without raft
 // state forms the cluster of -cluster-peers.
-func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slog.Logger, opts []allocator.Option) (*allocator.Ledger, error) {
+//
+// It returns the Ledger and the stream layer, whose record of the peers'
+// answers the admin API's membership changes go by.
+func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slog.Logger, opts []allocator.Option) (*allocator.Ledger, *cluster.StreamLayer, error) {
 	cf := cfg.cluster
 	if _, err := os.Stat(filepath.Join(cfg.dataDir, "allocator.db")); err == nil {
 		log.Warn("allocator: the data directory holds a journal (allocator.db) from a run without -cluster-id; a cluster member does not read it")
@@ -52,29 +55,29 @@ func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slo
 	if cfg.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
 		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
+			return nil, nil, fmt.Errorf("tls: %w", err)
 		}
 		var pool *x509.CertPool
 		if cf.ca != "" {
 			pem, err := os.ReadFile(cf.ca)
 			if err != nil {
-				return nil, fmt.Errorf("-cluster-ca: %w", err)
+				return nil, nil, fmt.Errorf("-cluster-ca: %w", err)
 			}
 			if pool = x509.NewCertPool(); !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("-cluster-ca %s: no PEM certificate", cf.ca)
+				return nil, nil, fmt.Errorf("-cluster-ca %s: no PEM certificate", cf.ca)
 			}
 		}
 		sc.ServerTLS, sc.ClientTLS = cluster.PeerTLS(cert, pool)
 	}
 	ln, err := net.Listen("tcp", cf.listen)
 	if err != nil {
-		return nil, fmt.Errorf("-cluster-listen: %w", err)
+		return nil, nil, fmt.Errorf("-cluster-listen: %w", err)
 	}
 	sc.Listener = ln
 	sl, err := cluster.NewStreamLayer(sc)
 	if err != nil {
 		ln.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	trans := cluster.NewNetworkTransport(sl, log)
 	et := cf.electionTimeout
@@ -90,13 +93,13 @@ func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slo
 	}, opts...)
 	if err != nil {
 		trans.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	node.Store(led.Node())
 	for _, r := range []func(prometheus.Registerer) error{led.Node().RegisterMetrics, sl.RegisterMetrics} {
 		if err := r(reg); err != nil {
 			led.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if cf.bootstrap {
@@ -105,14 +108,14 @@ func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slo
 			log.Info("allocator: raft state found; resuming it, not bootstrapping")
 		case err != nil:
 			led.Close()
-			return nil, fmt.Errorf("bootstrap: %w", err)
+			return nil, nil, fmt.Errorf("bootstrap: %w", err)
 		default:
 			log.Info("allocator: bootstrapped a new cluster", "members", cf.peers.String())
 		}
 	}
 	log.Info("allocator: cluster member", "id", cf.id, "raft_listen", cf.listen, "raft_advertise", cf.advertise,
 		"tls", sc.ServerTLS != nil, "mutual_tls", cf.ca != "", "election_timeout", et.String())
-	return led, nil
+	return led, sl, nil
 }
 
 // handOver, on a leader about to stop, hands the leadership to another

@@ -181,8 +181,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	opts := []allocator.Option{allocator.WithTTL(cfg.leaseTTL), allocator.WithStrict(cfg.strict), allocator.WithLogger(log),
 		allocator.WithSessionRetention(cfg.sessionRetention), allocator.WithCommitLinger(cfg.commitLinger)}
 	var led *allocator.Ledger
+	var peers *cluster.StreamLayer
 	if cfg.cluster.on() {
-		led, err = openMember(cfg, creds.peer, reg, log, opts)
+		led, peers, err = openMember(cfg, creds.peer, reg, log, opts)
 	} else {
 		led, err = allocator.Open(filepath.Join(cfg.dataDir, "allocator.db"), append(opts,
 			allocator.WithCommitObserver(func(d time.Duration, err error) {
@@ -204,7 +205,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	}
 	if nd := led.Node(); nd != nil {
 		node.Store(nd)
-		a := adminHandler(nd, cfg.cluster.peers.urls(), log)
+		a := adminHandler(led, peers, cfg.cluster.peers.urls(), log)
 		adminAPI.Store(&a)
 	}
 	g.svc.Store(allocator.NewService(led, allocator.WithMetrics(metrics), allocator.WithServiceLogger(log)))
