@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/bucket"
+	"github.com/rationhq/ration/internal/boltcheck"
 )
 
 // ErrNotLeader is wrapped by a *NotLeaderError: the node is not the
@@ -83,6 +86,7 @@ func (e *NotLeaderError) Unwrap() []error {
 type Option func(*options)
 
 type options struct {
+	forceNew  []raft.Server // WithForceNew's configuration; nil: not forced
 	logs      raft.LogStore
 	stable    raft.StableStore
 	boltPath  string
@@ -97,6 +101,17 @@ type options struct {
 // WithBoltStore keeps the raft log and stable state in a bbolt file at
 // path (raft-boltdb, fsync on), which the Node closes at Shutdown.
 func WithBoltStore(path string) Option { return func(o *options) { o.boltPath = path } }
+
+// WithForceNew lets a member start whose raft log and state (WithBoltStore)
+// are gone while its data directory shows it was a member (snapshots, or
+// the marker a member leaves beside its raft store), which New otherwise
+// refuses (ErrLostState): with snapshots it forms a new cluster of servers
+// from the latest one (raft's RecoverCluster: its state, a new
+// configuration), without them it starts empty. It is for disaster
+// recovery, once: New refuses it for a member whose raft state is there.
+func WithForceNew(servers []raft.Server) Option {
+	return func(o *options) { o.forceNew = servers }
+}
 
 // WithStores uses the given log and stable stores (the caller owns them).
 // The default, without this or WithBoltStore, keeps both in memory:
@@ -135,6 +150,9 @@ type Node struct {
 	fsm   *FSM
 	log   *slog.Logger
 	bolt  io.Closer // the store WithBoltStore opened, or nil
+	// marker is the file that says the data directory held a member's
+	// raft state (WithBoltStore's), or "".
+	marker string
 
 	observer      *raft.Observer
 	leaderChanges atomic.Uint64 // leader observations naming a leader
@@ -175,6 +193,10 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	n := &Node{id: id, trans: trans, fsm: fsm, log: lg, started: time.Now(), stopped: make(chan struct{})}
 	switch {
 	case o.boltPath != "":
+		n.marker = filepath.Join(filepath.Dir(o.boltPath), memberMarker)
+		if err := boltcheck.Check(o.boltPath, 5*time.Second); err != nil {
+			return nil, fmt.Errorf("cluster: raft store refused: %w", err)
+		}
 		bs, err := raftboltdb.NewBoltStore(o.boltPath)
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open raft store: %w", err)
@@ -206,10 +228,14 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	// A stream layer refuses an AppendEntries over maxAppendFrame, which
 	// allows this many entries.
 	rc.MaxAppendEntries = min(rc.MaxAppendEntries, maxAppendEntries)
-	r, err := raft.NewRaft(rc, fsm, o.logs, o.stable, o.snaps, trans)
+	if err := n.checkState(&o, rc, cfg); err != nil {
+		n.closeStore()
+		return nil, err
+	}
+	r, err := startRaft(rc, fsm, &o, trans)
 	if err != nil {
 		n.closeStore()
-		return nil, fmt.Errorf("cluster: start raft: %w", err)
+		return nil, err
 	}
 	n.raft = r
 	// The filter runs on raft's goroutine for each observation and sends
@@ -224,6 +250,98 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	})
 	r.RegisterObserver(n.observer)
 	return n, nil
+}
+
+// ErrLostState is wrapped by New's error for a member whose raft log and
+// state are empty while its data directory shows it was a member: it
+// lost its log and its vote, and would vote again in a term it voted in,
+// or a bootstrap would form a second cluster under the same ids.
+var ErrLostState = errors.New("cluster: raft state lost")
+
+// memberMarker is the file, beside the raft store, that says this data
+// directory held a member's raft state.
+const memberMarker = "raft.member"
+
+// checkState refuses to start a member on a raft store that lost its
+// state (ErrLostState) unless forced (WithForceNew), and runs the forced
+// recovery; it leaves the marker once the member has state.
+func (n *Node) checkState(o *options, rc *raft.Config, cfg ledger.Config) error {
+	if o.boltPath == "" {
+		return nil
+	}
+	marker := n.marker
+	logged, err := raft.HasExistingState(o.logs, o.stable, raft.NewDiscardSnapshotStore())
+	if err != nil {
+		return fmt.Errorf("cluster: reading the raft store: %w", err)
+	}
+	snaps, err := o.snaps.List()
+	if err != nil {
+		return fmt.Errorf("cluster: listing snapshots: %w", err)
+	}
+	_, statErr := os.Stat(marker)
+	marked := statErr == nil
+	switch {
+	case logged && o.forceNew != nil:
+		return fmt.Errorf("cluster: forcing a new cluster, but %s holds this member's raft state: remove the force flag", o.boltPath)
+	case logged:
+		return n.mark(marker)
+	case len(snaps) == 0 && !marked:
+		return nil // a new member
+	case o.forceNew == nil:
+		return fmt.Errorf("%w: %s holds no raft log or vote, but its data directory was a member's (%d snapshots, the latest at index %d; %s): "+
+			"restore raft.db from a copy; or remove the data directory and add the member again; or, to form a new cluster from its latest snapshot (disaster recovery), start it once forcing a new cluster",
+			ErrLostState, o.boltPath, len(snaps), latestIndex(snaps), markerState(marked))
+	case len(snaps) > 0:
+		scratch, err := NewFSM(cfg)
+		if err != nil {
+			return err
+		}
+		if err := raft.RecoverCluster(rc, scratch, o.logs, o.stable, o.snaps, n.trans, raft.Configuration{Servers: o.forceNew}); err != nil {
+			return fmt.Errorf("cluster: forming a new cluster from the latest snapshot: %w", err)
+		}
+		n.log.Warn("cluster: formed a new cluster from this member's latest snapshot (forced)", "index", snaps[0].Index, "servers", len(o.forceNew))
+		return n.mark(marker)
+	}
+	n.log.Warn("cluster: starting with no raft state although this data directory was a member's (forced)")
+	return nil
+}
+
+func latestIndex(snaps []*raft.SnapshotMeta) uint64 {
+	if len(snaps) == 0 {
+		return 0
+	}
+	return snaps[0].Index
+}
+
+func markerState(marked bool) string {
+	if marked {
+		return "its " + memberMarker + " is there"
+	}
+	return "no " + memberMarker
+}
+
+// mark leaves the marker that this data directory holds a member's raft
+// state.
+func (n *Node) mark(path string) error {
+	if err := os.WriteFile(path, []byte("this directory holds the raft state of ration cluster member "+string(n.id)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("cluster: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// startRaft starts raft, refusing a raft store whose entries raft cannot
+// read: raft panics on a configuration entry that does not decode.
+func startRaft(rc *raft.Config, fsm *FSM, o *options, trans raft.Transport) (r *raft.Raft, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("cluster: raft store refused: %s holds entries raft cannot read (%v)", o.boltPath, p)
+		}
+	}()
+	r, err = raft.NewRaft(rc, fsm, o.logs, o.stable, o.snaps, trans)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	return r, nil
 }
 
 func (n *Node) closeStore() {
@@ -250,7 +368,13 @@ func (n *Node) FSM() *FSM { return n.fsm }
 // Bootstrap forms a new cluster of servers (which must include this node).
 // It fails with raft.ErrCantBootstrap on a node that has raft state.
 func (n *Node) Bootstrap(servers ...raft.Server) error {
-	return n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+		return err
+	}
+	if n.marker != "" {
+		return n.mark(n.marker)
+	}
+	return nil
 }
 
 // Leader returns the leader's address and id as this node knows them

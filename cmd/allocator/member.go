@@ -24,7 +24,8 @@ import (
 // accepted; none with -no-auth or under mutual TLS alone) and, with
 // -tls-cert, over TLS (mutual with -cluster-ca); the raft log in <data-dir>/raft.db and snapshots in
 // <data-dir>/snapshots. With -cluster-bootstrap, a member without raft
-// state forms the cluster of -cluster-peers.
+// state forms the cluster of -cluster-peers; a raft.db that lost a
+// member's state is refused unless -cluster-force-new.
 //
 // It returns the Ledger and the stream layer, whose record of the peers'
 // answers the admin API's membership changes go by.
@@ -81,16 +82,18 @@ func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slo
 	}
 	trans := cluster.NewNetworkTransport(sl, log)
 	et := cf.electionTimeout
+	nodeOpts := []cluster.Option{
+		cluster.WithBoltStore(filepath.Join(cfg.dataDir, "raft.db")),
+		cluster.WithFileSnapshots(filepath.Join(cfg.dataDir, "snapshots"), 2),
+		cluster.WithRaftConfig(func(c *raft.Config) {
+			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = et, et, et/2
+		}),
+	}
+	if cf.forceNew {
+		nodeOpts = append(nodeOpts, cluster.WithForceNew(cf.peers.servers()))
+	}
 	led, err := allocator.NewReplicated(allocator.ClusterConfig{
-		ID: raft.ServerID(cf.id), Transport: trans, APIURLs: cf.peers.urls(),
-		Node: []cluster.Option{
-			cluster.WithBoltStore(filepath.Join(cfg.dataDir, "raft.db")),
-			cluster.WithFileSnapshots(filepath.Join(cfg.dataDir, "snapshots"), 2),
-			cluster.WithRaftConfig(func(c *raft.Config) {
-				c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = et, et, et/2
-			}),
-		},
-	}, opts...)
+		ID: raft.ServerID(cf.id), Transport: trans, APIURLs: cf.peers.urls(), Node: nodeOpts}, opts...)
 	if err != nil {
 		trans.Close()
 		return nil, nil, err
