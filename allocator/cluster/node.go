@@ -44,6 +44,11 @@ var ErrNoLeader = errors.New("cluster: no leader known")
 // ReadyLag committed entries left to apply.
 var ErrCatchingUp = errors.New("cluster: catching up")
 
+// ErrStoreFailing is wrapped by Ready's error when the node's last write
+// to its raft store failed (a full disk): it cannot take its part until a
+// write succeeds again.
+var ErrStoreFailing = errors.New("cluster: the raft store's last write failed")
+
 // ReadyLag is how many committed entries a follower may have left to
 // apply and still be ready. It is more than zero because a follower
 // learns of commits a heartbeat late, and because raft gives the FSM
@@ -150,6 +155,7 @@ type Node struct {
 	fsm   *FSM
 	log   *slog.Logger
 	bolt  io.Closer // the store WithBoltStore opened, or nil
+	store *watchedStore
 	// marker is the file that says the data directory held a member's
 	// raft state (WithBoltStore's), or "".
 	marker string
@@ -207,6 +213,8 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 		mem := raft.NewInmemStore()
 		o.logs, o.stable = mem, mem
 	}
+	n.store = &watchedStore{LogStore: o.logs, StableStore: o.stable}
+	o.logs, o.stable = n.store, n.store
 	switch {
 	case o.snaps != nil:
 	case o.snapDir != "":
@@ -381,20 +389,24 @@ func (n *Node) Bootstrap(servers ...raft.Server) error {
 // ("" when unknown).
 func (n *Node) Leader() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() }
 
-// Ready returns nil when the node can take its part: it is the leader,
-// or a follower that knows its leader and whose FSM has applied all but
-// at most ReadyLag of the entries it knows are committed. Otherwise it
-// says why: ErrClosed (shut down), ErrNoLeader or ErrCatchingUp, wrapped
-// with the details. It reads raft's state and the FSM's index without
+// Ready returns nil when the node can take its part: its last write to
+// its raft store succeeded, and it is the leader, or a follower that knows
+// its leader and whose FSM has applied all but at most ReadyLag of the
+// entries it knows are committed. Otherwise it says why: ErrClosed (shut
+// down), ErrStoreFailing, ErrNoLeader or ErrCatchingUp, wrapped with the
+// details. It reads raft's state and the FSM's index without
 // waiting for raft or for an Apply in progress.
 func (n *Node) Ready() error {
 	n.mu.Lock()
 	closed := n.closed
 	n.mu.Unlock()
 	state := n.raft.State()
+	failing := n.store.failing()
 	switch {
 	case closed || state == raft.Shutdown:
 		return ErrClosed
+	case failing != nil:
+		return fmt.Errorf("%w: %w", ErrStoreFailing, failing)
 	case state == raft.Leader:
 		return nil
 	}
@@ -580,4 +592,39 @@ func (n *Node) Shutdown() error {
 	}
 	n.closeStore()
 	return err
+}
+
+// watchedStore is the node's raft log and stable store, remembering
+// whether the last write failed (Ready).
+type watchedStore struct {
+	raft.LogStore
+	raft.StableStore
+	last atomic.Pointer[error] // the last write's error; nil: it succeeded
+}
+
+func (w *watchedStore) wrote(err error) error {
+	if err != nil {
+		w.last.Store(&err)
+	} else {
+		w.last.Store(nil)
+	}
+	return err
+}
+
+// failing returns the last write's error, nil if it succeeded.
+func (w *watchedStore) failing() error {
+	if p := w.last.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (w *watchedStore) StoreLog(l *raft.Log) error    { return w.wrote(w.LogStore.StoreLog(l)) }
+func (w *watchedStore) StoreLogs(l []*raft.Log) error { return w.wrote(w.LogStore.StoreLogs(l)) }
+func (w *watchedStore) DeleteRange(min, max uint64) error {
+	return w.wrote(w.LogStore.DeleteRange(min, max))
+}
+func (w *watchedStore) Set(k, v []byte) error { return w.wrote(w.StableStore.Set(k, v)) }
+func (w *watchedStore) SetUint64(k []byte, v uint64) error {
+	return w.wrote(w.StableStore.SetUint64(k, v))
 }
