@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -56,12 +57,48 @@ func sealBackup(snap []byte) []byte {
 	return append(b, snap...)
 }
 
+// ErrBackupTooLarge is wrapped by ReadBackupFrom's error for a backup
+// whose header declares more than it accepts.
+var ErrBackupTooLarge = errors.New("cluster: backup too large")
+
+// ReadBackupFrom reads a backup from r, at most max bytes: it reads the
+// header first and refuses a backup that declares more (ErrBackupTooLarge)
+// before reading any of it, then reads exactly what the header declares,
+// into memory of that size, and refuses bytes beyond it (ErrBadBackup).
+// It does not check the checksum (ReadBackup, RestoreBackup do).
+func ReadBackupFrom(r io.Reader, max int64) ([]byte, error) {
+	head := make([]byte, backupHeader)
+	k, err := io.ReadFull(r, head)
+	if m := min(k, len(backupMagic)); string(head[:m]) != backupMagic[:m] || k == 0 {
+		return nil, fmt.Errorf("%w: not a ration backup (no %q header)", ErrBadBackup, backupMagic)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading its header: %w (cut short?)", ErrBadBackup, err)
+	}
+	n := binary.BigEndian.Uint64(head[len(backupMagic):])
+	if n > uint64(max-int64(backupHeader)) {
+		return nil, fmt.Errorf("%w: it declares %d bytes, at most %d", ErrBackupTooLarge, n, max-int64(backupHeader))
+	}
+	b := make([]byte, backupHeader+int(n))
+	copy(b, head)
+	if _, err := io.ReadFull(r, b[backupHeader:]); err != nil {
+		return nil, fmt.Errorf("%w: %d bytes declared: %w (cut short?)", ErrBadBackup, n, err)
+	}
+	if k, _ := r.Read(make([]byte, 1)); k > 0 {
+		return nil, fmt.Errorf("%w: more than the %d bytes its header declares (extended)", ErrBadBackup, n)
+	}
+	return b, nil
+}
+
 // BackupContents is what a backup holds.
 type BackupContents struct {
 	Index uint64         // the last log index the member had applied
 	Now   bucket.Instant // the latest Now it had applied
 	State []byte         // the ledger's state, as ledger.State.Snapshot encodes it
 }
+
+// Encode returns c as a backup, the format ReadBackup reads.
+func (c BackupContents) Encode() []byte { return sealBackup(appendSnapshot(nil, c.Index, c.Now, c.State)) }
 
 // ReadBackup checks a backup's header and checksum and returns what it
 // holds; its error wraps ErrBadBackup. It does not decode the state.

@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -73,7 +75,10 @@ func TestRestoreRefusesHostileBackups(t *testing.T) {
 		t.Fatal(err)
 	}
 	reseal := func(index uint64, now bucket.Instant, state []byte) []byte {
-		return sealBackup(appendSnapshot(nil, index, now, state))
+		return BackupContents{Index: index, Now: now, State: state}.Encode()
+	}
+	if !bytes.Equal(reseal(contents.Index, contents.Now, contents.State), good) {
+		t.Fatal("ReadBackup and Encode do not round-trip")
 	}
 	flipped := append([]byte{}, good...)
 	flipped[len(flipped)-3] ^= 0x10
@@ -126,4 +131,42 @@ func restore(t *testing.T, c *testCluster, b []byte, now bucket.Instant) *Node {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestReadBackupFrom: a backup is read whole within its bound; one that
+// declares more is refused from its header, before its bytes are read;
+// one cut short or longer than it declares is refused.
+func TestReadBackupFrom(t *testing.T) {
+	good := BackupContents{Index: 7, Now: 1, State: bytes.Repeat([]byte("s"), 1000)}.Encode()
+	if b, err := ReadBackupFrom(bytes.NewReader(good), int64(len(good))); err != nil || !bytes.Equal(b, good) {
+		t.Fatalf("%v", err)
+	}
+	huge := BackupContents{State: make([]byte, 1)}.Encode()
+	binary.BigEndian.PutUint64(huge[len(backupMagic):], 1<<40)
+	endless := io.MultiReader(bytes.NewReader(huge), neverEnding{})
+	if _, err := ReadBackupFrom(endless, 1<<20); !errors.Is(err, ErrBackupTooLarge) {
+		t.Fatalf("a backup declaring a TiB: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		data   []byte
+		reason string
+	}{
+		"cut short":   {good[:len(good)-1], "cut short"},
+		"extended":    {append(bytes.Clone(good), 'x'), "extended"},
+		"no header":   {good[backupHeader:], "not a ration backup"},
+		"a few bytes": {good[:10], "reading its header"},
+		"other bytes": {[]byte("not a backup"), "not a ration backup"},
+	} {
+		if _, err := ReadBackupFrom(bytes.NewReader(tc.data), 1<<20); !errors.Is(err, ErrBadBackup) || !strings.Contains(err.Error(), tc.reason) {
+			t.Errorf("%s: %v, want ErrBadBackup saying %q", name, err, tc.reason)
+		}
+	}
+}
+
+// neverEnding reads zeros for ever.
+type neverEnding struct{}
+
+func (neverEnding) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

@@ -32,8 +32,9 @@ import (
 
 // minRestoreBytes is the least a restore's body may be; the most is twice
 // the cluster's state (a backup of it), if larger, up to
-// cluster.MaxSnapshotBytes. So a restore holds at most about twice the
-// state in memory, and a new cluster takes a backup of a few million keys.
+// cluster.MaxSnapshotBytes. A backup declaring more is refused from its
+// header, so a restore holds at most that in memory, and a new cluster
+// takes a backup of a few million keys.
 const minRestoreBytes = 256 << 20
 
 // adminTimeout bounds a membership change (a new member's catch-up
@@ -153,16 +154,16 @@ func (a *admin) backup(w http.ResponseWriter, _ *http.Request) {
 
 func (a *admin) restore(w http.ResponseWriter, r *http.Request) {
 	limit := int64(min(max(2*len(a.node.Backup()), minRestoreBytes), cluster.MaxSnapshotBytes))
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	var tooLarge *http.MaxBytesError
+	b, err := cluster.ReadBackupFrom(r.Body, limit)
 	switch {
-	case errors.As(err, &tooLarge):
+	case errors.Is(err, cluster.ErrBackupTooLarge):
 		w.Header().Set("Connection", "close")
-		http.Error(w, fmt.Sprintf("allocator: restore: the backup is over %d bytes (twice this cluster's state, and at least %d)", limit, minRestoreBytes),
+		http.Error(w, fmt.Sprintf("allocator: restore: %v (twice this cluster's state, and at least %d)", err, minRestoreBytes),
 			http.StatusRequestEntityTooLarge)
 		return
 	case err != nil:
-		http.Error(w, "allocator: restore: reading the backup: "+err.Error(), http.StatusBadRequest)
+		w.Header().Set("Connection", "close")
+		a.fail(w, "restore", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
