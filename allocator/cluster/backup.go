@@ -98,7 +98,9 @@ type BackupContents struct {
 }
 
 // Encode returns c as a backup, the format ReadBackup reads.
-func (c BackupContents) Encode() []byte { return sealBackup(appendSnapshot(nil, c.Index, c.Now, c.State)) }
+func (c BackupContents) Encode() []byte {
+	return sealBackup(appendSnapshot(nil, c.Index, c.Now, c.State))
+}
 
 // ReadBackup checks a backup's header and checksum and returns what it
 // holds; its error wraps ErrBadBackup. It does not decode the state.
