@@ -34,6 +34,10 @@ type PeerProgress interface {
 // catchUpPoll is how often AddMember looks at the new member's progress.
 const catchUpPoll = 20 * time.Millisecond
 
+// answerElections is how many election timeouts AddMember waits for a new
+// member's first answer before it removes it again.
+const answerElections = 10
+
 // AddMember adds the member id at addr, on the leader, without risking
 // the cluster's quorum: as a non-voter first (raft replicates the log to
 // it, and its vote does not count), then, once its answers (p) show its
@@ -41,9 +45,10 @@ const catchUpPoll = 20 * time.Millisecond
 // voter. It refuses (ErrMembership, nothing changed) an id that is a
 // member at another address, an address another member has, and a
 // promotion after which the voters reachable from the leader (answering
-// within an election timeout) would be fewer than a quorum. If ctx ends
-// first, a member that never answered is removed again, and one that did
-// stays a non-voter (ErrNotCaughtUp). An id already a voter at addr is
+// within an election timeout) would be fewer than a quorum. A member that
+// has not answered within answerElections election timeouts is removed
+// again (ErrNotCaughtUp); one that answered but has not caught up when
+// ctx ends stays a non-voter (ErrNotCaughtUp). An id already a voter at addr is
 // done. Not the leader: a *NotLeaderError.
 func (n *Node) AddMember(ctx context.Context, id raft.ServerID, addr raft.ServerAddress, p PeerProgress) error {
 	servers, err := n.Members()
@@ -71,20 +76,22 @@ func (n *Node) AddMember(ctx context.Context, id raft.ServerID, addr raft.Server
 	if err := n.wait(ctx, f); err != nil {
 		return err
 	}
-	target := f.Index()
+	target, added := f.Index(), time.Now()
+	answerWithin := answerElections * n.raft.ReloadableConfig().ElectionTimeout
 	for {
-		if c, ok := p.Progress(addr); ok && c.LastLog >= target && n.fresh(c) {
+		c, answered := p.Progress(addr)
+		if answered && c.LastLog >= target && n.fresh(c) {
 			break
+		}
+		if !answered && time.Since(added) > answerWithin {
+			n.log.Warn("cluster: a member added never answered; removing it again", "id", id, "address", addr, "waited", answerWithin)
+			if err := n.wait(context.WithoutCancel(ctx), n.raft.RemoveServer(id, 0, time.Minute)); err != nil {
+				return fmt.Errorf("%w: %s at %s never answered, and removing it again failed: %w", ErrNotCaughtUp, id, addr, err)
+			}
+			return fmt.Errorf("%w: %s at %s never answered within %v (unreachable, or it refused this member); removed again", ErrNotCaughtUp, id, addr, answerWithin)
 		}
 		select {
 		case <-ctx.Done():
-			if _, ok := p.Progress(addr); !ok {
-				n.log.Warn("cluster: a member added never answered; removing it again", "id", id, "address", addr)
-				if err := n.wait(context.WithoutCancel(ctx), n.raft.RemoveServer(id, 0, time.Minute)); err != nil {
-					return fmt.Errorf("%w: %s at %s never answered, and removing it again failed: %w", ErrNotCaughtUp, id, addr, err)
-				}
-				return fmt.Errorf("%w: %s at %s never answered (unreachable, or it refused this member); removed again", ErrNotCaughtUp, id, addr)
-			}
 			return fmt.Errorf("%w: %s's log has not reached index %d; it stays a non-voter (add it again to promote it once it has)", ErrNotCaughtUp, id, target)
 		case <-time.After(catchUpPoll):
 		}
