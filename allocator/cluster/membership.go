@@ -45,7 +45,7 @@ const answerElections = 10
 // voter. It refuses (ErrMembership, nothing changed) an id that is a
 // member at another address, an address another member has, and a
 // promotion after which the voters reachable from the leader (answering
-// within an election timeout) would be fewer than a quorum. A member that
+// it now: quorumAfter) would be fewer than a quorum. A member that
 // has not answered within answerElections election timeouts is removed
 // again (ErrNotCaughtUp); one that answered but has not caught up when
 // ctx ends stays a non-voter (ErrNotCaughtUp). An id already a voter at addr is
@@ -69,7 +69,7 @@ func (n *Node) AddMember(ctx context.Context, id raft.ServerID, addr raft.Server
 	if voter {
 		return nil
 	}
-	if err := n.quorumAfter(servers, p, id, true); err != nil {
+	if err := n.quorumAfter(ctx, servers, p, id, true); err != nil {
 		return err
 	}
 	f := n.raft.AddNonvoter(id, addr, 0, timeout(ctx))
@@ -100,7 +100,7 @@ func (n *Node) AddMember(ctx context.Context, id raft.ServerID, addr raft.Server
 	if err != nil {
 		return err
 	}
-	if err := n.quorumAfter(servers, p, id, true); err != nil {
+	if err := n.quorumAfter(ctx, servers, p, id, true); err != nil {
 		return err
 	}
 	return n.wait(ctx, n.raft.AddVoter(id, addr, 0, timeout(ctx)))
@@ -127,38 +127,51 @@ func (n *Node) RemoveMember(ctx context.Context, id raft.ServerID, p PeerProgres
 	if !found {
 		return fmt.Errorf("%w: %q", ErrNotMember, id)
 	}
-	if err := n.quorumAfter(servers, p, id, false); err != nil {
+	if err := n.quorumAfter(ctx, servers, p, id, false); err != nil {
 		return err
 	}
 	return n.wait(ctx, n.raft.RemoveServer(id, 0, timeout(ctx)))
 }
 
 // quorumAfter checks the voters after id is made a voter (add) or removed
-// (not add): at least one, and a quorum of them reachable (this leader,
-// the new member, and every other voter that answered within an election
-// timeout).
-func (n *Node) quorumAfter(servers []raft.Server, p PeerProgress, id raft.ServerID, add bool) error {
-	voters, reachable := 0, 0
-	for _, s := range servers {
-		if s.Suffrage != raft.Voter || s.ID == id {
-			continue
+// (not add): at least one, and a quorum of them reachable: this leader,
+// the new member, and every other voter that answers this leader (p)
+// after the check begins. It waits up to an election timeout for those
+// answers (raft heartbeats each follower many times in that), so that a
+// member that just died, whose last answer is still recent, does not
+// count.
+func (n *Node) quorumAfter(ctx context.Context, servers []raft.Server, p PeerProgress, id raft.ServerID, add bool) error {
+	since := time.Now()
+	deadline := since.Add(n.raft.ReloadableConfig().ElectionTimeout)
+	for {
+		voters, reachable := 0, 0
+		for _, s := range servers {
+			if s.Suffrage != raft.Voter || s.ID == id {
+				continue
+			}
+			voters++
+			if c, ok := p.Progress(s.Address); s.ID == n.id || ok && c.At.After(since) {
+				reachable++
+			}
 		}
-		voters++
-		if c, ok := p.Progress(s.Address); s.ID == n.id || ok && n.fresh(c) {
+		if add {
+			voters++
 			reachable++
 		}
+		quorum := voters/2 + 1
+		switch {
+		case voters == 0:
+			return fmt.Errorf("%w: %s is the last voter; a cluster needs one", ErrMembership, id)
+		case reachable >= quorum:
+			return nil
+		case time.Now().After(deadline) || ctx.Err() != nil:
+			return fmt.Errorf("%w: it would leave %d of %d voters reachable from the leader, fewer than the quorum of %d", ErrMembership, reachable, voters, quorum)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(catchUpPoll):
+		}
 	}
-	if add {
-		voters++
-		reachable++
-	}
-	if voters == 0 {
-		return fmt.Errorf("%w: %s is the last voter; a cluster needs one", ErrMembership, id)
-	}
-	if quorum := voters/2 + 1; reachable < quorum {
-		return fmt.Errorf("%w: it would leave %d of %d voters reachable from the leader, fewer than the quorum of %d", ErrMembership, reachable, voters, quorum)
-	}
-	return nil
 }
 
 // fresh reports whether c is an answer within the election timeout.
