@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -296,9 +297,9 @@ func (n *Node) checkState(o *options, rc *raft.Config, cfg ledger.Config) error 
 	case len(snaps) == 0 && !marked:
 		return nil // a new member
 	case o.forceNew == nil:
-		return fmt.Errorf("%w: %s holds no raft log or vote, but its data directory was a member's (%d snapshots, the latest at index %d; %s): "+
-			"restore raft.db from a copy; or remove the data directory and add the member again; or, to form a new cluster from its latest snapshot (disaster recovery), start it once forcing a new cluster",
-			ErrLostState, o.boltPath, len(snaps), latestIndex(snaps), markerState(marked))
+		return fmt.Errorf("%w: %s holds no raft log or vote, but its data directory was a member's (%s): "+
+			"restore it from a copy; or remove the data directory and add the member again; or, to form a new cluster from its latest snapshot (disaster recovery), start it once forcing a new cluster",
+			ErrLostState, o.boltPath, evidence(snaps, marked))
 	case len(snaps) > 0:
 		scratch, err := NewFSM(cfg)
 		if err != nil {
@@ -314,18 +315,16 @@ func (n *Node) checkState(o *options, rc *raft.Config, cfg ledger.Config) error 
 	return nil
 }
 
-func latestIndex(snaps []*raft.SnapshotMeta) uint64 {
-	if len(snaps) == 0 {
-		return 0
+// evidence says what shows a data directory was a member's.
+func evidence(snaps []*raft.SnapshotMeta, marked bool) string {
+	var parts []string
+	if len(snaps) > 0 {
+		parts = append(parts, fmt.Sprintf("%d snapshots, the latest at index %d", len(snaps), snaps[0].Index))
 	}
-	return snaps[0].Index
-}
-
-func markerState(marked bool) string {
 	if marked {
-		return "its " + memberMarker + " is there"
+		parts = append(parts, "the "+memberMarker+" a member leaves")
 	}
-	return "no " + memberMarker
+	return strings.Join(parts, "; ")
 }
 
 // mark leaves the marker that this data directory holds a member's raft

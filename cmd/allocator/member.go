@@ -94,6 +94,9 @@ func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slo
 	}
 	led, err := allocator.NewReplicated(allocator.ClusterConfig{
 		ID: raft.ServerID(cf.id), Transport: trans, APIURLs: cf.peers.urls(), Node: nodeOpts}, opts...)
+	if errors.Is(err, cluster.ErrLostState) {
+		err = fmt.Errorf("%w (-cluster-force-new)", err)
+	}
 	if err != nil {
 		trans.Close()
 		return nil, nil, err

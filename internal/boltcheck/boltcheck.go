@@ -27,8 +27,14 @@ import (
 // the page cache. Another process holding the file's lock makes it wait
 // up to timeout, then fail saying so.
 func Check(path string, timeout time.Duration) (err error) {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return nil
+	case err != nil:
+		return err
+	case fi.Size() == 0:
+		return fmt.Errorf("%s is damaged: it is empty (0 bytes); restore it from a copy, or move it aside to start without its state", path)
 	}
 	// bbolt reads its pages through a memory map: a page number beyond a
 	// file cut short faults (SIGSEGV, SIGBUS), which this turns into a
