@@ -153,8 +153,8 @@ func hostileBackups(ctx context.Context, t *testing.T, c *allocCluster, p *probe
 		{"index 2^64-1", bytes.NewReader(far.Encode()), http.StatusBadRequest, "log index 18446744073709551615"},
 		{"a GiB", io.MultiReader(bytes.NewReader(gib), io.LimitReader(zeros{}, 1<<30)), http.StatusRequestEntityTooLarge, "declares 1073741824 bytes"},
 	} {
-		code, msg := restoreWith(ctx, t, url, adminToken, tc.body)
-		if code != tc.status || !strings.Contains(msg, tc.reason) {
+		code, msg := adminWith(ctx, t, http.MethodPost, url+"/admin/restore", adminToken, tc.body)
+		if code != tc.status || !strings.Contains(string(msg), tc.reason) {
 			t.Errorf("restore of a backup with %s: %d %q, want %d saying %q", tc.name, code, msg, tc.status, tc.reason)
 		}
 		if got, err := cluster.ReadBackup(fetchBackup(ctx, t, url)); err != nil || bytes.Equal(got.State, contents.State) || restores() != restored {
@@ -175,31 +175,13 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// restoreWith posts body to url's /admin/restore with token and returns
-// the status and message. A server that answers before reading the whole
-// body may reset the connection as the client sends on: the answer read
-// is what counts.
-func restoreWith(ctx context.Context, t *testing.T, url, token string, body io.Reader) (int, string) {
+// adminWith sends method url to a member's admin API with token and body
+// (nil: none) and returns the status and the answer. A server that
+// answers before reading the whole body may reset the connection as the
+// client sends on: the answer read is what counts.
+func adminWith(ctx context.Context, t *testing.T, method, url, token string, body io.Reader) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/admin/restore", body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := control.Do(req)
-	if err != nil {
-		t.Fatalf("restore: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b))
-}
-
-// adminWith sends method path to url's admin API with token and returns
-// the status.
-func adminWith(ctx context.Context, t *testing.T, method, url, token string, body []byte) (int, string) {
-	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,8 +191,11 @@ func adminWith(ctx context.Context, t *testing.T, method, url, token string, bod
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(b))
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the answer: %v", method, url, err)
+	}
+	return resp.StatusCode, b
 }
 
 // members is the cluster's membership as its members list it.
@@ -242,7 +227,7 @@ func wrongCredentials(ctx context.Context, t *testing.T, c *allocCluster) {
 		{http.MethodGet, "/admin/backup", ""},
 		{http.MethodPost, "/admin/restore", "x"},
 	} {
-		if code, _ := adminWith(ctx, t, r.method, url+r.path, token, []byte(r.body)); code != http.StatusUnauthorized {
+		if code, _ := adminWith(ctx, t, r.method, url+r.path, token, strings.NewReader(r.body)); code != http.StatusUnauthorized {
 			t.Errorf("%s %s with the gateway token: %d, want 401", r.method, r.path, code)
 		}
 	}
@@ -455,21 +440,21 @@ func hostileMembership(ctx context.Context, t *testing.T, c *allocCluster) {
 	for i := range 3 {
 		wg.Go(func() {
 			body := fmt.Sprintf(`{"id":"ghost%d","raft_address":"198.51.100.%d:7451"}`, i, 10+i)
-			code, msg := adminWith(ctx, t, http.MethodPost, url+"/admin/cluster/members", adminToken, []byte(body))
-			if code != http.StatusServiceUnavailable || !strings.Contains(msg, "never answered") {
+			code, msg := adminWith(ctx, t, http.MethodPost, url+"/admin/cluster/members", adminToken, strings.NewReader(body))
+			if code != http.StatusServiceUnavailable || !strings.Contains(string(msg), "never answered") {
 				t.Errorf("adding an unreachable member: %d %q, want 503 saying it never answered", code, msg)
 			}
 		})
 	}
 	wg.Wait()
 	code, msg := adminWith(ctx, t, http.MethodGet, url+"/admin/cluster", adminToken, nil)
-	if code != http.StatusOK || strings.Count(msg, `"voter":true`) != 3 || strings.Contains(msg, "ghost") {
+	if code != http.StatusOK || bytes.Count(msg, []byte(`"voter":true`)) != 3 || bytes.Contains(msg, []byte("ghost")) {
 		t.Errorf("members after the unreachable adds: %d %s", code, msg)
 	}
 	down, live := (lead+1)%3, (lead+2)%3
 	c.kill(ctx, t, down)
 	code, msg = adminWith(ctx, t, http.MethodDelete, url+fmt.Sprintf("/admin/cluster/members/m%d", live), adminToken, nil)
-	if code != http.StatusConflict || !strings.Contains(msg, "reachable") {
+	if code != http.StatusConflict || !bytes.Contains(msg, []byte("reachable")) {
 		t.Errorf("removing a live voter with another down: %d %q, want 409 saying why", code, msg)
 	}
 	c.members[down].restart(ctx, t)

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -162,19 +161,9 @@ func (r *replay) appliedBy(spender string, at time.Time) int {
 // host.)
 func fetchBackup(ctx context.Context, t *testing.T, url string) []byte {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/admin/backup", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := control.Do(req)
-	if err != nil {
-		t.Fatalf("backup: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("backup: status %d, %v: %s", resp.StatusCode, err, strings.TrimSpace(string(b)))
+	code, b := adminWith(ctx, t, http.MethodGet, url+"/admin/backup", adminToken, nil)
+	if code != http.StatusOK {
+		t.Fatalf("backup: status %d: %s", code, strings.TrimSpace(string(b)))
 	}
 	return b
 }
