@@ -153,9 +153,8 @@ func (n *Node) RestoreBackup(ctx context.Context, b []byte, now bucket.Instant, 
 	if _, err := ledger.Restore(n.fsm.cfg, c.State, c.Now); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadBackup, err)
 	}
-	if n.raft.State() != raft.Leader {
-		addr, id := n.raft.LeaderWithID()
-		return &NotLeaderError{Leader: addr, LeaderID: id}
+	if err := n.leading(); err != nil {
+		return err
 	}
 	// raft restores only once this leader has applied its log (a new
 	// leader has not yet applied its configuration entry): wait for that.

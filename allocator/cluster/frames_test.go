@@ -65,8 +65,11 @@ func TestStreamLayerMembership(t *testing.T) {
 			}
 			refusedCount(t, srv, "in", 1)
 			refusedCount(t, cl, "out", 1)
-			if !strings.Contains(l.logs.String(), tc.reason) {
-				t.Fatalf("the refusal does not say %q:\n%s", tc.reason, l.logs.String())
+			// A refusal is counted, then logged.
+			for deadline := time.Now().Add(5 * time.Second); !strings.Contains(l.logs.String(), tc.reason); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the refusal does not say %q:\n%s", tc.reason, l.logs.String())
+				}
 			}
 		})
 	}

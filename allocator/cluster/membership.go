@@ -51,6 +51,9 @@ const answerElections = 10
 // ctx ends stays a non-voter (ErrNotCaughtUp). An id already a voter at addr is
 // done. Not the leader: a *NotLeaderError.
 func (n *Node) AddMember(ctx context.Context, id raft.ServerID, addr raft.ServerAddress, p PeerProgress) error {
+	if err := n.leading(); err != nil {
+		return err
+	}
 	servers, err := n.Members()
 	if err != nil {
 		return err
@@ -112,9 +115,8 @@ func (n *Node) AddMember(ctx context.Context, id raft.ServerID, addr raft.Server
 // than a quorum of those left. Not a member: ErrNotMember. Not the
 // leader: a *NotLeaderError.
 func (n *Node) RemoveMember(ctx context.Context, id raft.ServerID, p PeerProgress) error {
-	if !n.IsLeader() {
-		addr, lid := n.raft.LeaderWithID()
-		return &NotLeaderError{Leader: addr, LeaderID: lid}
+	if err := n.leading(); err != nil {
+		return err
 	}
 	servers, err := n.Members()
 	if err != nil {
@@ -172,6 +174,15 @@ func (n *Node) quorumAfter(ctx context.Context, servers []raft.Server, p PeerPro
 		case <-time.After(catchUpPoll):
 		}
 	}
+}
+
+// leading returns a *NotLeaderError unless this node leads.
+func (n *Node) leading() error {
+	if n.IsLeader() {
+		return nil
+	}
+	addr, id := n.raft.LeaderWithID()
+	return &NotLeaderError{Leader: addr, LeaderID: id}
 }
 
 // fresh reports whether c is an answer within the election timeout.

@@ -467,9 +467,8 @@ func (n *Node) ApplyBatch(ctx context.Context, cmds []ledger.Command) ([]Result,
 	if closed {
 		return nil, ErrClosed
 	}
-	if n.raft.State() != raft.Leader {
-		addr, id := n.raft.LeaderWithID()
-		return nil, &NotLeaderError{Leader: addr, LeaderID: id}
+	if err := n.leading(); err != nil {
+		return nil, err
 	}
 	f := n.raft.Apply(b, timeout(ctx))
 	if err := n.wait(ctx, f); err != nil {
@@ -503,9 +502,8 @@ func (n *Node) AppliedNow(ctx context.Context) (bucket.Instant, error) {
 	if closed {
 		return 0, ErrClosed
 	}
-	if n.raft.State() != raft.Leader {
-		addr, id := n.raft.LeaderWithID()
-		return 0, &NotLeaderError{Leader: addr, LeaderID: id}
+	if err := n.leading(); err != nil {
+		return 0, err
 	}
 	// Read before the barrier: if the term moves on meanwhile, the next
 	// call runs a barrier again (a spare one, never a missing one).
