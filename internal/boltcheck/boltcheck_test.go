@@ -27,7 +27,7 @@ func store(t *testing.T) string {
 			if err != nil {
 				return err
 			}
-			for i := range 20_000 {
+			for i := range 10_000 {
 				if err := b.Put(fmt.Appendf(nil, "%s-%08d", name, i), []byte(strings.Repeat("v", 40))); err != nil {
 					return err
 				}
@@ -56,8 +56,8 @@ func readAll(t *testing.T, path string) {
 	err = db.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return b.ForEach(func(_, _ []byte) error { n++; return nil }) })
 	})
-	if err != nil || n != 40_000 {
-		t.Fatalf("read %d keys, %v; want 40000", n, err)
+	if err != nil || n != 20_000 {
+		t.Fatalf("read %d keys, %v; want 20000", n, err)
 	}
 }
 
@@ -90,13 +90,13 @@ func TestCheck(t *testing.T) {
 			return b
 		},
 	}
-	for seed := range 8 {
+	for seed := range 4 {
 		damaged[fmt.Sprintf("cut at a random page (seed %d)", seed)] = func(b []byte) []byte {
 			r := rand.New(rand.NewPCG(uint64(seed), 2))
 			return b[:(2+r.IntN(len(b)/page-3))*page+r.IntN(page)]
 		}
 	}
-	for seed := range 16 {
+	for seed := range 8 {
 		damaged[fmt.Sprintf("data pages flipped (seed %d)", seed)] = func(b []byte) []byte {
 			r := rand.New(rand.NewPCG(uint64(seed), 1))
 			for range 64 {
