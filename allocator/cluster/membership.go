@@ -38,6 +38,11 @@ const catchUpPoll = 20 * time.Millisecond
 // member's first answer before it removes it again.
 const answerElections = 10
 
+// quorumWait is the least a membership change waits for the voters'
+// answers (two election timeouts if longer): on a loaded machine a
+// heartbeat can be late, and a refusal costs the operator only the wait.
+const quorumWait = time.Second
+
 // AddMember adds the member id at addr, on the leader, without risking
 // the cluster's quorum: as a non-voter first (raft replicates the log to
 // it, and its vote does not count), then, once its answers (p) show its
@@ -138,13 +143,13 @@ func (n *Node) RemoveMember(ctx context.Context, id raft.ServerID, p PeerProgres
 // quorumAfter checks the voters after id is made a voter (add) or removed
 // (not add): at least one, and a quorum of them reachable: this leader,
 // the new member, and every other voter that answers this leader (p)
-// after the check begins. It waits up to an election timeout for those
-// answers (raft heartbeats each follower many times in that), so that a
-// member that just died, whose last answer is still recent, does not
-// count.
+// after the check begins, so that a member that just died, whose last
+// answer is still recent, does not count. It waits for those answers up
+// to quorumWait (raft heartbeats each follower ten times an election
+// timeout).
 func (n *Node) quorumAfter(ctx context.Context, servers []raft.Server, p PeerProgress, id raft.ServerID, add bool) error {
 	since := time.Now()
-	deadline := since.Add(n.raft.ReloadableConfig().ElectionTimeout)
+	deadline := since.Add(max(2*n.raft.ReloadableConfig().ElectionTimeout, quorumWait))
 	for {
 		voters, reachable := 0, 0
 		for _, s := range servers {
