@@ -87,9 +87,10 @@ func startLoopbackCluster(b *testing.B, n int) *loopbackCluster {
 	b.Helper()
 	c := &loopbackCluster{b: b}
 	apiURLs := map[raft.ServerID]string{}
-	var api []net.Listener
+	var api, rafts []net.Listener
 	var layers []*cluster.StreamLayer
 	var servers []raft.Server
+	members := map[raft.ServerID]raft.ServerAddress{}
 	for i := range n {
 		id := raft.ServerID(fmt.Sprintf("m%d", i))
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -100,14 +101,19 @@ func startLoopbackCluster(b *testing.B, n int) *loopbackCluster {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sl, err := cluster.NewStreamLayer(cluster.StreamConfig{Listener: rln, Tokens: []string{"bench-cluster-token"}})
+		apiURLs[id] = "http://" + ln.Addr().String()
+		c.urls = append(c.urls, apiURLs[id])
+		api, rafts = append(api, ln), append(rafts, rln)
+		members[id] = raft.ServerAddress(rln.Addr().String())
+		servers = append(servers, raft.Server{ID: id, Address: members[id]})
+	}
+	for i, s := range servers {
+		sl, err := cluster.NewStreamLayer(cluster.StreamConfig{Listener: rafts[i], ID: s.ID,
+			Members: func() map[raft.ServerID]raft.ServerAddress { return members }, Tokens: []string{"bench-cluster-token"}})
 		if err != nil {
 			b.Fatal(err)
 		}
-		apiURLs[id] = "http://" + ln.Addr().String()
-		c.urls = append(c.urls, apiURLs[id])
-		api, layers = append(api, ln), append(layers, sl)
-		servers = append(servers, raft.Server{ID: id, Address: raft.ServerAddress(sl.Addr().String())})
+		layers = append(layers, sl)
 	}
 	for i, s := range servers {
 		dir := b.TempDir()

@@ -48,6 +48,9 @@ var (
 	// (the raft election timeout) refused the call. Nothing was proposed;
 	// retry the same call (later, or at the next leader).
 	ErrClockBehind = errors.New("allocator: the leader's clock is behind the ledger's latest instant")
+	// ErrNotReplicated: a cluster operation (RestoreBackup) on a Ledger
+	// that is not a cluster member.
+	ErrNotReplicated = errors.New("allocator: not a cluster member")
 )
 
 // NotLeaderError is a replicated Ledger's answer on a member that is not

@@ -85,10 +85,15 @@ func (l *Ledger) Node() *cluster.Node {
 	return l.rep.node
 }
 
-// maxEntryCalls bounds the calls grouped into one log entry, so that an
-// entry stays a few megabytes at most even when every call carries many
-// keys; the calls left over go into the next entry.
-const maxEntryCalls = 256
+// maxEntryCalls and maxEntryKeys bound the calls, and their keys, grouped
+// into one log entry, so that an entry encodes within cluster.MaxEntryBytes
+// even when every call carries many keys (TestEntryFitsMaxEntryBytes); the
+// calls left over go into the next entry. A call alone is never over
+// them: it carries at most ration.MaxBatch keys.
+const (
+	maxEntryCalls = 256
+	maxEntryKeys  = 4 * ration.MaxBatch
+)
 
 // replicated is a Ledger's cluster path. A call validates its input, joins
 // the queue and waits on the group commit, whose flush proposes what is
@@ -119,6 +124,7 @@ type replicated struct {
 // that proposed it before the group commit marks its position done.
 type proposal struct {
 	build func(now bucket.Instant) ledger.Command
+	keys  int // the keys its command carries
 	reply any
 	err   error
 }
@@ -127,10 +133,11 @@ type proposal struct {
 // reply. Bad input is refused here (ledger.Validate, the check the state
 // machine makes), so it costs no log entry and never shares one.
 func (r *replicated) apply(build func(now bucket.Instant) ledger.Command) (any, error) {
-	if err := ledger.Validate(build(0)); err != nil {
+	cmd := build(0)
+	if err := ledger.Validate(cmd); err != nil {
 		return nil, err
 	}
-	p := &proposal{build: build}
+	p := &proposal{build: build, keys: keysOf(cmd)}
 	r.mu.Lock()
 	r.queue = append(r.queue, p)
 	r.appended++
@@ -142,14 +149,20 @@ func (r *replicated) apply(build func(now bucket.Instant) ledger.Command) (any, 
 	return p.reply, p.err
 }
 
-// flush proposes the queued calls (up to maxEntryCalls) as one entry,
+// flush proposes the queued calls (up to maxEntryCalls and maxEntryKeys)
+// as one entry,
 // each command at the same instant, the clock's now when it is proposed,
 // and hands each call its result. It never fails as a whole: an error
 // about the entry (this member is not the leader, the outcome is unknown)
 // is every call's error.
 func (r *replicated) flush() (uint64, error) {
 	r.mu.Lock()
-	n := min(len(r.queue), maxEntryCalls)
+	n, keys := 0, 0
+	for ; n < min(len(r.queue), maxEntryCalls); n++ {
+		if keys += r.queue[n].keys; n > 0 && keys > maxEntryKeys {
+			break
+		}
+	}
 	batch := r.queue[:n:n]
 	r.queue = r.queue[n:]
 	end := r.appended - uint64(len(r.queue))
@@ -227,6 +240,19 @@ func (r *replicated) stamp() (bucket.Instant, error) {
 	}
 }
 
+// keysOf is the number of keys cmd carries.
+func keysOf(cmd ledger.Command) int {
+	switch c := cmd.(type) {
+	case ledger.Acquire:
+		return len(c.Keys)
+	case ledger.ReserveAhead:
+		return len(c.Keys)
+	case ledger.Release:
+		return len(c.Keys)
+	}
+	return 0
+}
+
 // close ends a wait for the clock (the Ledger is closing).
 func (r *replicated) close() { close(r.stop) }
 
@@ -241,4 +267,17 @@ func (r *replicated) wrap(err error) error {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	return err
+}
+
+// RestoreBackup replaces the state of a replicated Ledger's cluster with
+// a backup (cluster.Node.RestoreBackup), on the leader. It refuses, before
+// anything changes, a backup whose latest instant is ahead of this
+// member's clock by more than a leader waits for its clock (the raft
+// election timeout unless set): no call could be stamped until then. Not
+// a cluster member: ErrNotReplicated.
+func (l *Ledger) RestoreBackup(ctx context.Context, b []byte) error {
+	if l.rep == nil {
+		return ErrNotReplicated
+	}
+	return l.rep.node.RestoreBackup(ctx, b, l.now(), l.rep.maxBehind)
 }

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator/cluster"
+	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/internal/testkit"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
@@ -340,14 +342,15 @@ func TestReplicatedRetryAfterFailoverAppliedOnce(t *testing.T) {
 }
 
 // TestReplicatedGroupsCallsIntoOneEntry: calls that arrive while an entry
-// is in flight go into the next entry together (up to maxEntryCalls), each
+// is in flight go into the next entry together (up to maxEntryCalls, and maxEntryKeys keys), each
 // answered with its own result; a call with bad input is refused before
 // the queue and does not spoil the entry.
 func TestReplicatedGroupsCallsIntoOneEntry(t *testing.T) {
 	for _, tc := range []struct {
-		calls, entries int
-	}{{1, 1}, {40, 1}, {maxEntryCalls, 1}, {maxEntryCalls + 3, 2}} {
-		t.Run(fmt.Sprint(tc.calls), func(t *testing.T) {
+		calls, keys, entries int // calls of keys each, in entries
+	}{{1, 1, 1}, {40, 1, 1}, {maxEntryCalls, 1, 1}, {maxEntryCalls + 3, 1, 2},
+		{maxEntryKeys / ration.MaxBatch, ration.MaxBatch, 1}, {maxEntryKeys/ration.MaxBatch + 1, ration.MaxBatch, 2}} {
+		t.Run(fmt.Sprintf("%d calls of %d keys", tc.calls, tc.keys), func(t *testing.T) {
 			m := newMembers(t, 1)
 			l := m.led[m.leader()]
 			r := l.rep
@@ -365,8 +368,11 @@ func TestReplicatedGroupsCallsIntoOneEntry(t *testing.T) {
 			replies := make([]*AcquireReply, tc.calls)
 			for i := range tc.calls {
 				wg.Go(func() {
-					replies[i], errs[i] = l.Acquire(ctx, caller(fmt.Sprintf("gw-%d", i), 1, 1),
-						[]AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(1 << 30), Want: ration.Amount{Tokens: int64(i + 1)}}})
+					keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(1 << 30), Want: ration.Amount{Tokens: int64(i + 1)}}}
+					for k := 1; k < tc.keys; k++ {
+						keys = append(keys, AcquireKey{Key: fmt.Sprintf("other-%d", k), Limits: tpm(1 << 30)})
+					}
+					replies[i], errs[i] = l.Acquire(ctx, caller(fmt.Sprintf("gw-%d", i), 1, 1), keys)
 				})
 			}
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -427,5 +433,41 @@ func TestReplicatedCloseAndSweep(t *testing.T) {
 	}
 	if (&Ledger{}).Node() != nil {
 		t.Fatal("a Ledger of one process has a node")
+	}
+}
+
+// TestEntryFitsMaxEntryBytes: the largest entry a replicated Ledger
+// proposes (maxEntryKeys keys of the longest ids and the largest values,
+// in few calls or in maxEntryCalls calls of the longest spender ids)
+// encodes within cluster.MaxEntryBytes, which a StreamLayer refuses to
+// exceed.
+func TestEntryFitsMaxEntryBytes(t *testing.T) {
+	m := ration.Amount{Requests: ration.MaxAmount, Tokens: ration.MaxAmount}
+	call := func(i, keys int) ledger.Command {
+		a := ledger.Acquire{Now: 1 << 60, Caller: ledger.Caller{SpenderID: fmt.Sprintf("%0*d", ration.MaxSpenderIDLen, i),
+			Epoch: 1 << 63, Sequence: 1 << 63}}
+		for k := range keys {
+			a.Keys = append(a.Keys, ledger.AcquireKey{Key: fmt.Sprintf("%0*d", ration.MaxKeyLen, k),
+				Limits: ration.Limits{RPM: ration.MaxRate, TPM: ration.MaxRate},
+				Want:   m, Need: m, SpendRate: m, Returned: m, Held: m, Debt: m, Demand: m})
+		}
+		return a
+	}
+	for _, shape := range []struct{ calls, keys int }{
+		{maxEntryKeys / ration.MaxBatch, ration.MaxBatch},
+		{maxEntryCalls, maxEntryKeys / maxEntryCalls},
+	} {
+		size := 1 + binary.MaxVarintLen64 // version, command count
+		for i := range shape.calls {
+			b, err := ledger.EncodeCommand(call(i, shape.keys))
+			if err != nil {
+				t.Fatal(err)
+			}
+			size += binary.MaxVarintLen64 + len(b)
+		}
+		t.Logf("%d calls of %d keys: %d bytes at most", shape.calls, shape.keys, size)
+		if size > cluster.MaxEntryBytes {
+			t.Errorf("%d calls of %d keys encode in up to %d bytes, over cluster.MaxEntryBytes (%d)", shape.calls, shape.keys, size, cluster.MaxEntryBytes)
+		}
 	}
 }

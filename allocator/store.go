@@ -14,6 +14,7 @@ import (
 
 	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/bucket"
+	"github.com/rationhq/ration/internal/boltcheck"
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 )
@@ -225,15 +226,45 @@ func (st *store) close() error {
 // it if needed, and recovers its state: every key and session durably
 // written resumes exactly; a record that cannot be decoded or validated is
 // not vouched for (its key starts with empty buckets, its session is
-// forgotten) and is logged. Open fails if another process holds the file.
+// forgotten) and is logged. Open fails if another process holds the file,
+// and refuses a file that fails bbolt's consistency check (boltcheck: cut
+// short, flipped bytes in its pages), naming it, rather than panic later
+// in a transaction; a panic in bbolt while opening and recovering is
+// recovered into such an error too.
 func Open(path string, opts ...Option) (*Ledger, error) {
 	l, err := New(opts...)
 	if err != nil {
 		return nil, err
 	}
+	if err := boltcheck.Check(path, storeLockWait); err != nil {
+		return nil, fmt.Errorf("allocator: store refused: %w", err)
+	}
+	st, err := openStore(path, l)
+	if err != nil {
+		return nil, err
+	}
+	l.st = st
+	return l, nil
+}
+
+// storeLockWait is how long Open waits for another process's lock on the
+// store.
+const storeLockWait = 5 * time.Second
+
+// openStore opens the store and recovers l's state from it.
+func openStore(path string, l *Ledger) (st *store, err error) {
+	var db *bolt.DB
+	defer func() {
+		if p := recover(); p != nil {
+			if db != nil {
+				db.Close()
+			}
+			st, err = nil, fmt.Errorf("allocator: store refused: %s is damaged: %v", path, p)
+		}
+	}()
 	// NoFreelistSync and the map freelist are safe (the freelist is rebuilt
 	// at open) and make commits cheaper; NoSync is never set outside tests.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: storeLockWait, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, fmt.Errorf("allocator: open store %s: %w: another process holds its lock (a second allocator on the same data directory?)", path, err)
 	}
@@ -241,13 +272,12 @@ func Open(path string, opts ...Option) (*Ledger, error) {
 		return nil, fmt.Errorf("allocator: open store %s: %w", path, err)
 	}
 	db.NoSync = l.cfg.noSync
-	st := newStore(db, l.cfg)
+	st = newStore(db, l.cfg)
 	if err := st.recover(l.state, l.now()); err != nil {
 		db.Close()
 		return nil, err
 	}
-	l.st = st
-	return l, nil
+	return st, nil
 }
 
 // recover loads the stored records into state, a fresh one; now is the

@@ -3,6 +3,7 @@ package allocator
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -398,4 +399,56 @@ func TestSecondOpenNamesTheLock(t *testing.T) {
 	if _, err := Open(path); err == nil || !strings.Contains(err.Error(), "another process holds its lock") {
 		t.Fatalf("second Open: %v, want an error naming the lock", err)
 	}
+}
+
+// TestOpenRefusesADamagedStore: a store cut short, emptied, or with bytes
+// flipped in its pages is refused by Open with an error naming the file
+// and saying it is damaged, never a panic; the sound file it was made
+// from opens.
+func TestOpenRefusesADamagedStore(t *testing.T) {
+	path := tempDB(t)
+	l := openLedger(t, path, newFakeClock())
+	for i := range 3000 {
+		if _, err := l.Acquire(ctx, caller(fmt.Sprintf("s%d", i%50), 1, uint64(1+i/50)), []AcquireKey{{Key: fmt.Sprintf("key-%d", i), Limits: tpm(600)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := os.Getpagesize()
+	for name, damage := range map[string]func([]byte) []byte{
+		"cut in half": func(b []byte) []byte { return b[:len(b)/2] },
+		"emptied":     func([]byte) []byte { return nil },
+		"data pages flipped": func(b []byte) []byte {
+			for p := 2; p < len(b)/page; p += 3 {
+				b[p*page+8] ^= 0x5a // the page's flags and count
+			}
+			return b
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			bad := filepath.Join(t.TempDir(), "allocator.db")
+			if err := os.WriteFile(bad, damage(append([]byte{}, data...)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l, err := Open(bad)
+			if err == nil {
+				l.Close()
+				t.Fatal("opened")
+			}
+			if !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "is damaged") {
+				t.Fatalf("%v: want the file named and damage said", err)
+			}
+		})
+	}
+	l, err = Open(path)
+	if err != nil {
+		t.Fatalf("the sound file: %v", err)
+	}
+	l.Close()
 }

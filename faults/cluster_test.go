@@ -46,6 +46,7 @@ func startCluster(ctx context.Context, t *testing.T, n int, ttl, election time.D
 	c := &allocCluster{net: newNetLayout(t, n), election: election}
 	dir := t.TempDir()
 	c.tokenFile = writeToken(t, dir)
+	creds := []string{"-admin-token-file", writeSecret(t, dir, "admin", adminToken), "-peer-token-file", writeSecret(t, dir, "peer", peerToken)}
 	var peers []string
 	for i, h := range c.net.hosts {
 		peers = append(peers, fmt.Sprintf("m%d=%s:%d=http://%s:%d", i, h.ip, memberRaftPort, h.ip, memberAPIPort))
@@ -55,8 +56,8 @@ func startCluster(ctx context.Context, t *testing.T, n int, ttl, election time.D
 			dataDir: filepath.Join(dir, fmt.Sprintf("m%d", i)), tokenFile: c.tokenFile, ttl: ttl, net: c.net, host: i,
 			// -cluster-bootstrap on every start: a member with raft state
 			// resumes it (logged), so a restart runs the same command.
-			extra: []string{"-cluster-id", fmt.Sprintf("m%d", i), "-cluster-peers", strings.Join(peers, ","),
-				"-cluster-bootstrap", "-cluster-election-timeout", election.String()}}
+			extra: append([]string{"-cluster-id", fmt.Sprintf("m%d", i), "-cluster-peers", strings.Join(peers, ","),
+				"-cluster-bootstrap", "-cluster-election-timeout", election.String()}, creds...)}
 		m.launch(t)
 		c.members = append(c.members, m)
 	}

@@ -27,7 +27,13 @@
 //     limit and never falls back, and separate gateway processes share a
 //     key as well as instances in one process do;
 //   - docs/cluster.md's recipe, its shell blocks run as written, gives a
-//     working three-member cluster that fails over.
+//     working three-member cluster that fails over;
+//   - hostile callers are refused, with the cluster serving and the bound
+//     held: a credential at another role's door, a stranger or a rogue
+//     member at the raft port (term hijack, log injection, oversize
+//     frames: the replicas stay byte-identical), hostile backups and
+//     membership changes, 20,000 connections that never authenticate,
+//     damaged stores (refused at start, never a panic).
 //
 // The tests are behind the build tag faults, so `go test ./...` does not
 // run them:
@@ -35,8 +41,8 @@
 //	go test -tags faults -count=1 -v ./faults
 //
 // They need Linux and root (the full-disk case mounts a tmpfs, the
-// cluster case builds network namespaces with iproute2's ip), and take
-// about three and a half minutes on two cores. Every process a test starts
+// cluster cases build network namespaces with iproute2's ip), and take
+// about four minutes on two cores. Every process a test starts
 // is killed when the test ends, and its log is printed if the test
 // failed; see docs/faults.md for what each case measures.
 package faults

@@ -17,11 +17,15 @@ var bin struct {
 }
 
 // TestMain builds the binaries under test once, or, when this test binary
-// was started as a CPU burner (see startBurner), burns CPU instead of
-// running tests.
+// was started as a CPU burner (see startBurner) or a flooder (see flood),
+// burns CPU or holds connections instead of running tests.
 func TestMain(m *testing.M) {
 	if n := os.Getenv(burnEnv); n != "" {
 		burn(n)
+		return
+	}
+	if arg := os.Getenv(floodEnv); arg != "" {
+		floodFrom(arg)
 		return
 	}
 	dir, err := os.MkdirTemp("", "ration-faults-bin-")

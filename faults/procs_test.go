@@ -277,8 +277,13 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// token is the bearer token of every allocator the suite starts.
-const token = "faults-token"
+// The credentials of every allocator the suite starts: the gateways'
+// bearer token, and a cluster member's admin token and peer secret.
+const (
+	token      = "faults-token"
+	adminToken = "faults-admin-token"
+	peerToken  = "faults-peer-secret"
+)
 
 // allocatorProc is cmd/allocator on a fixed address and data directory,
 // so that it can be killed and started again in their place: a loopback
@@ -310,11 +315,19 @@ func startAllocator(ctx context.Context, t *testing.T, ttl time.Duration, dataDi
 	return a
 }
 
-// writeToken writes the suite's token file in dir and returns its path.
+// writeToken writes the suite's gateway token file in dir and returns its
+// path.
 func writeToken(t *testing.T, dir string) string {
 	t.Helper()
-	path := filepath.Join(dir, "token")
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+	return writeSecret(t, dir, "token", token)
+}
+
+// writeSecret writes a token file (mode 600) holding secret, named name
+// in dir, and returns its path.
+func writeSecret(t *testing.T, dir, name, secret string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

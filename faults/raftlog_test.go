@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -78,6 +77,10 @@ func replayLog(t *testing.T, member, dataDir string, cfg ledger.Config, backup [
 	if err != nil {
 		t.Fatal(err)
 	}
+	want, err := cluster.ReadBackup(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := r.first; i <= r.last; i++ {
 		var l raft.Log
 		if err := store.GetLog(i, &l); err != nil {
@@ -99,7 +102,7 @@ func replayLog(t *testing.T, member, dataDir string, cfg ledger.Config, backup [
 		for k, cmd := range cmds {
 			r.count(i, cmd, res[k])
 		}
-		if r.backupAt == 0 && bytes.Equal(fsmBytes(t, fsm), backup) {
+		if st, at := fsm.StateSnapshot(); r.backupAt == 0 && at == want.Index && bytes.Equal(st, want.State) {
 			r.backupAt = i
 		}
 	}
@@ -152,47 +155,15 @@ func (r *replay) appliedBy(spender string, at time.Time) int {
 	return n
 }
 
-// fsmBytes is fsm's state as a snapshot (and a backup) carries it.
-func fsmBytes(t *testing.T, fsm *cluster.FSM) []byte {
-	t.Helper()
-	snap, err := fsm.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink bufferSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	return sink.Bytes()
-}
-
-// bufferSink is a raft.SnapshotSink in memory.
-type bufferSink struct{ bytes.Buffer }
-
-func (*bufferSink) ID() string    { return "replay" }
-func (*bufferSink) Cancel() error { return nil }
-func (*bufferSink) Close() error  { return nil }
-
-var _ raft.SnapshotSink = (*bufferSink)(nil)
-
 // fetchBackup takes a backup of the cluster's state from its leader, at
-// url, through the admin API. (A follower would redirect, and the HTTP
-// client drops the token on a redirect to another host.)
+// url, through the admin API with the admin token. (A follower would
+// redirect, and the HTTP client drops the token on a redirect to another
+// host.)
 func fetchBackup(ctx context.Context, t *testing.T, url string) []byte {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/admin/backup", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := control.Do(req)
-	if err != nil {
-		t.Fatalf("backup: %v", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("backup: status %d, %v: %s", resp.StatusCode, err, strings.TrimSpace(string(b)))
+	code, b := adminWith(ctx, t, http.MethodGet, url+"/admin/backup", adminToken, nil)
+	if code != http.StatusOK {
+		t.Fatalf("backup: status %d: %s", code, strings.TrimSpace(string(b)))
 	}
 	return b
 }

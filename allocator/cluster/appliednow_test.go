@@ -78,11 +78,11 @@ func TestNodeAppliedNow(t *testing.T) {
 		if _, err := old.AppliedNow(ctx); !errors.Is(err, ErrClosed) {
 			t.Fatalf("failover %d: the node shut down answered %v, want ErrClosed", k, err)
 		}
-		if err := c.leader().RemoveServer(ctx, old.ID()); err != nil {
+		if err := c.leader().RemoveMember(ctx, old.ID(), c); err != nil {
 			t.Fatal(err)
 		}
 		nd := c.add()
-		if err := c.leader().AddVoter(ctx, nd.ID(), nd.Addr()); err != nil {
+		if err := c.leader().AddMember(ctx, nd.ID(), nd.Addr(), c); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -182,6 +182,17 @@ func (c *testCluster) reconnect(i int) {
 
 const waitFor = 10 * time.Second
 
+// Progress is the cluster's PeerProgress: a live node answers now, with
+// its log's last index.
+func (c *testCluster) Progress(addr raft.ServerAddress) (Contact, bool) {
+	for i, nd := range c.nodes {
+		if !c.down[i] && nd.Addr() == addr {
+			return Contact{At: time.Now(), LastLog: nd.Raft().LastIndex()}, true
+		}
+	}
+	return Contact{}, false
+}
+
 // leader polls until exactly one live node is the leader and the other
 // live nodes agree on it.
 func (c *testCluster) leader() *Node {
@@ -467,7 +478,7 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	for {
-		err := c.leader().AddVoter(ctx, fresh.ID(), fresh.Addr())
+		err := c.leader().AddMember(ctx, fresh.ID(), fresh.Addr(), c)
 		if err == nil {
 			break
 		}

@@ -41,6 +41,9 @@ func encodeEntry(cmds []ledger.Command) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(len(cb)))
 		b = append(b, cb...)
 	}
+	if len(b) > MaxEntryBytes {
+		return nil, fmt.Errorf("cluster: an entry of %d bytes, at most %d (a StreamLayer refuses more)", len(b), MaxEntryBytes)
+	}
 	return b, nil
 }
 
@@ -242,6 +245,19 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 // parseSnapshot decodes a snapshot (appendSnapshot's format) into a state
 // under cfg, with its index and instant.
 func parseSnapshot(cfg ledger.Config, b []byte) (index uint64, now bucket.Instant, st *ledger.State, err error) {
+	index, now, state, err := splitSnapshot(b)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	st, err = ledger.Restore(cfg, state, now)
+	if err != nil {
+		return 0, 0, nil, fmt.Errorf("cluster: restore snapshot: %w", err)
+	}
+	return index, now, st, nil
+}
+
+// splitSnapshot returns a snapshot's index, instant and encoded state.
+func splitSnapshot(b []byte) (index uint64, now bucket.Instant, state []byte, err error) {
 	if len(b) == 0 || b[0] != snapshotVersion {
 		return 0, 0, nil, errors.New("cluster: snapshot version")
 	}
@@ -255,11 +271,7 @@ func parseSnapshot(cfg ledger.Config, b []byte) (index uint64, now bucket.Instan
 	if k <= 0 {
 		return 0, 0, nil, errors.New("cluster: snapshot instant")
 	}
-	st, err = ledger.Restore(cfg, b[k:], bucket.Instant(at))
-	if err != nil {
-		return 0, 0, nil, fmt.Errorf("cluster: restore snapshot: %w", err)
-	}
-	return index, bucket.Instant(at), st, nil
+	return index, bucket.Instant(at), b[k:], nil
 }
 
 // StateSnapshot returns the current state as ledger.State.Snapshot

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/bucket"
+	"github.com/rationhq/ration/internal/boltcheck"
 )
 
 // ErrNotLeader is wrapped by a *NotLeaderError: the node is not the
@@ -40,6 +44,11 @@ var ErrNoLeader = errors.New("cluster: no leader known")
 // ErrCatchingUp is wrapped by Ready's error when a follower has more than
 // ReadyLag committed entries left to apply.
 var ErrCatchingUp = errors.New("cluster: catching up")
+
+// ErrStoreFailing is wrapped by Ready's error when the node's last write
+// to its raft store failed (a full disk): it cannot take its part until a
+// write succeeds again.
+var ErrStoreFailing = errors.New("cluster: the raft store's last write failed")
 
 // ReadyLag is how many committed entries a follower may have left to
 // apply and still be ready. It is more than zero because a follower
@@ -83,6 +92,7 @@ func (e *NotLeaderError) Unwrap() []error {
 type Option func(*options)
 
 type options struct {
+	forceNew  []raft.Server // WithForceNew's configuration; nil: not forced
 	logs      raft.LogStore
 	stable    raft.StableStore
 	boltPath  string
@@ -97,6 +107,17 @@ type options struct {
 // WithBoltStore keeps the raft log and stable state in a bbolt file at
 // path (raft-boltdb, fsync on), which the Node closes at Shutdown.
 func WithBoltStore(path string) Option { return func(o *options) { o.boltPath = path } }
+
+// WithForceNew lets a member start whose raft log and state (WithBoltStore)
+// are gone while its data directory shows it was a member (snapshots, or
+// the marker a member leaves beside its raft store), which New otherwise
+// refuses (ErrLostState): with snapshots it forms a new cluster of servers
+// from the latest one (raft's RecoverCluster: its state, a new
+// configuration), without them it starts empty. It is for disaster
+// recovery, once: New refuses it for a member whose raft state is there.
+func WithForceNew(servers []raft.Server) Option {
+	return func(o *options) { o.forceNew = servers }
+}
 
 // WithStores uses the given log and stable stores (the caller owns them).
 // The default, without this or WithBoltStore, keeps both in memory:
@@ -116,7 +137,8 @@ func WithSnapshotStore(s raft.SnapshotStore) Option { return func(o *options) { 
 
 // WithRaftConfig lets f adjust raft's configuration (timeouts, snapshot
 // threshold and interval, trailing logs) after the defaults are set;
-// LocalID and Logger are the Node's.
+// LocalID and Logger are the Node's, and MaxAppendEntries at most 8 (what
+// a StreamLayer accepts in one request).
 func WithRaftConfig(f func(*raft.Config)) Option {
 	return func(o *options) { o.tune = append(o.tune, f) }
 }
@@ -134,6 +156,10 @@ type Node struct {
 	fsm   *FSM
 	log   *slog.Logger
 	bolt  io.Closer // the store WithBoltStore opened, or nil
+	store *watchedStore
+	// marker is the file that says the data directory held a member's
+	// raft state (WithBoltStore's), or "".
+	marker string
 
 	observer      *raft.Observer
 	leaderChanges atomic.Uint64 // leader observations naming a leader
@@ -174,6 +200,10 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	n := &Node{id: id, trans: trans, fsm: fsm, log: lg, started: time.Now(), stopped: make(chan struct{})}
 	switch {
 	case o.boltPath != "":
+		n.marker = filepath.Join(filepath.Dir(o.boltPath), memberMarker)
+		if err := boltcheck.Check(o.boltPath, 5*time.Second); err != nil {
+			return nil, fmt.Errorf("cluster: raft store refused: %w", err)
+		}
 		bs, err := raftboltdb.NewBoltStore(o.boltPath)
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open raft store: %w", err)
@@ -184,6 +214,8 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 		mem := raft.NewInmemStore()
 		o.logs, o.stable = mem, mem
 	}
+	n.store = &watchedStore{LogStore: o.logs, StableStore: o.stable}
+	o.logs, o.stable = n.store, n.store
 	switch {
 	case o.snaps != nil:
 	case o.snapDir != "":
@@ -202,10 +234,17 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	}
 	rc.LocalID = id
 	rc.Logger = newHclog(lg)
-	r, err := raft.NewRaft(rc, fsm, o.logs, o.stable, o.snaps, trans)
+	// A stream layer refuses an AppendEntries over maxAppendFrame, which
+	// allows this many entries.
+	rc.MaxAppendEntries = min(rc.MaxAppendEntries, maxAppendEntries)
+	if err := n.checkState(&o, rc, cfg); err != nil {
+		n.closeStore()
+		return nil, err
+	}
+	r, err := startRaft(rc, fsm, &o, trans)
 	if err != nil {
 		n.closeStore()
-		return nil, fmt.Errorf("cluster: start raft: %w", err)
+		return nil, err
 	}
 	n.raft = r
 	// The filter runs on raft's goroutine for each observation and sends
@@ -220,6 +259,96 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	})
 	r.RegisterObserver(n.observer)
 	return n, nil
+}
+
+// ErrLostState is wrapped by New's error for a member whose raft log and
+// state are empty while its data directory shows it was a member: it
+// lost its log and its vote, and would vote again in a term it voted in,
+// or a bootstrap would form a second cluster under the same ids.
+var ErrLostState = errors.New("cluster: raft state lost")
+
+// memberMarker is the file, beside the raft store, that says this data
+// directory held a member's raft state.
+const memberMarker = "raft.member"
+
+// checkState refuses to start a member on a raft store that lost its
+// state (ErrLostState) unless forced (WithForceNew), and runs the forced
+// recovery; it leaves the marker once the member has state.
+func (n *Node) checkState(o *options, rc *raft.Config, cfg ledger.Config) error {
+	if o.boltPath == "" {
+		return nil
+	}
+	marker := n.marker
+	logged, err := raft.HasExistingState(o.logs, o.stable, raft.NewDiscardSnapshotStore())
+	if err != nil {
+		return fmt.Errorf("cluster: reading the raft store: %w", err)
+	}
+	snaps, err := o.snaps.List()
+	if err != nil {
+		return fmt.Errorf("cluster: listing snapshots: %w", err)
+	}
+	_, statErr := os.Stat(marker)
+	marked := statErr == nil
+	switch {
+	case logged && o.forceNew != nil:
+		return fmt.Errorf("cluster: forcing a new cluster, but %s holds this member's raft state: remove the force flag", o.boltPath)
+	case logged:
+		return n.mark(marker)
+	case len(snaps) == 0 && !marked:
+		return nil // a new member
+	case o.forceNew == nil:
+		return fmt.Errorf("%w: %s holds no raft log or vote, but its data directory was a member's (%s): "+
+			"restore it from a copy; or remove the data directory and add the member again; or, to form a new cluster from its latest snapshot (disaster recovery), start it once forcing a new cluster",
+			ErrLostState, o.boltPath, evidence(snaps, marked))
+	case len(snaps) > 0:
+		scratch, err := NewFSM(cfg)
+		if err != nil {
+			return err
+		}
+		if err := raft.RecoverCluster(rc, scratch, o.logs, o.stable, o.snaps, n.trans, raft.Configuration{Servers: o.forceNew}); err != nil {
+			return fmt.Errorf("cluster: forming a new cluster from the latest snapshot: %w", err)
+		}
+		n.log.Warn("cluster: formed a new cluster from this member's latest snapshot (forced)", "index", snaps[0].Index, "servers", len(o.forceNew))
+		return n.mark(marker)
+	}
+	n.log.Warn("cluster: starting with no raft state although this data directory was a member's (forced)")
+	return nil
+}
+
+// evidence says what shows a data directory was a member's.
+func evidence(snaps []*raft.SnapshotMeta, marked bool) string {
+	var parts []string
+	if len(snaps) > 0 {
+		parts = append(parts, fmt.Sprintf("%d snapshots, the latest at index %d", len(snaps), snaps[0].Index))
+	}
+	if marked {
+		parts = append(parts, "the "+memberMarker+" a member leaves")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// mark leaves the marker that this data directory holds a member's raft
+// state.
+func (n *Node) mark(path string) error {
+	if err := os.WriteFile(path, []byte("this directory holds the raft state of ration cluster member "+string(n.id)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("cluster: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// startRaft starts raft, refusing a raft store whose entries raft cannot
+// read: raft panics on a configuration entry that does not decode.
+func startRaft(rc *raft.Config, fsm *FSM, o *options, trans raft.Transport) (r *raft.Raft, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("cluster: raft store refused: %s holds entries raft cannot read (%v)", o.boltPath, p)
+		}
+	}()
+	r, err = raft.NewRaft(rc, fsm, o.logs, o.stable, o.snaps, trans)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	return r, nil
 }
 
 func (n *Node) closeStore() {
@@ -246,27 +375,37 @@ func (n *Node) FSM() *FSM { return n.fsm }
 // Bootstrap forms a new cluster of servers (which must include this node).
 // It fails with raft.ErrCantBootstrap on a node that has raft state.
 func (n *Node) Bootstrap(servers ...raft.Server) error {
-	return n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
+	if err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error(); err != nil {
+		return err
+	}
+	if n.marker != "" {
+		return n.mark(n.marker)
+	}
+	return nil
 }
 
 // Leader returns the leader's address and id as this node knows them
 // ("" when unknown).
 func (n *Node) Leader() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() }
 
-// Ready returns nil when the node can take its part: it is the leader,
-// or a follower that knows its leader and whose FSM has applied all but
-// at most ReadyLag of the entries it knows are committed. Otherwise it
-// says why: ErrClosed (shut down), ErrNoLeader or ErrCatchingUp, wrapped
-// with the details. It reads raft's state and the FSM's index without
+// Ready returns nil when the node can take its part: its last write to
+// its raft store succeeded, and it is the leader, or a follower that knows
+// its leader and whose FSM has applied all but at most ReadyLag of the
+// entries it knows are committed. Otherwise it says why: ErrClosed (shut
+// down), ErrStoreFailing, ErrNoLeader or ErrCatchingUp, wrapped with the
+// details. It reads raft's state and the FSM's index without
 // waiting for raft or for an Apply in progress.
 func (n *Node) Ready() error {
 	n.mu.Lock()
 	closed := n.closed
 	n.mu.Unlock()
 	state := n.raft.State()
+	failing := n.store.failing()
 	switch {
 	case closed || state == raft.Shutdown:
 		return ErrClosed
+	case failing != nil:
+		return fmt.Errorf("%w: %w", ErrStoreFailing, failing)
 	case state == raft.Leader:
 		return nil
 	}
@@ -283,17 +422,6 @@ func (n *Node) Ready() error {
 
 // IsLeader reports whether this node is the leader.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
-
-// AddVoter adds a voting member (on the leader). It returns once the
-// configuration change is committed.
-func (n *Node) AddVoter(ctx context.Context, id raft.ServerID, addr raft.ServerAddress) error {
-	return n.wait(ctx, n.raft.AddVoter(id, addr, 0, timeout(ctx)))
-}
-
-// RemoveServer removes a member (on the leader).
-func (n *Node) RemoveServer(ctx context.Context, id raft.ServerID) error {
-	return n.wait(ctx, n.raft.RemoveServer(id, 0, timeout(ctx)))
-}
 
 // Snapshot takes a snapshot now and compacts the log (raft also takes
 // them on its own, per SnapshotInterval and SnapshotThreshold).
@@ -339,9 +467,8 @@ func (n *Node) ApplyBatch(ctx context.Context, cmds []ledger.Command) ([]Result,
 	if closed {
 		return nil, ErrClosed
 	}
-	if n.raft.State() != raft.Leader {
-		addr, id := n.raft.LeaderWithID()
-		return nil, &NotLeaderError{Leader: addr, LeaderID: id}
+	if err := n.leading(); err != nil {
+		return nil, err
 	}
 	f := n.raft.Apply(b, timeout(ctx))
 	if err := n.wait(ctx, f); err != nil {
@@ -375,9 +502,8 @@ func (n *Node) AppliedNow(ctx context.Context) (bucket.Instant, error) {
 	if closed {
 		return 0, ErrClosed
 	}
-	if n.raft.State() != raft.Leader {
-		addr, id := n.raft.LeaderWithID()
-		return 0, &NotLeaderError{Leader: addr, LeaderID: id}
+	if err := n.leading(); err != nil {
+		return 0, err
 	}
 	// Read before the barrier: if the term moves on meanwhile, the next
 	// call runs a barrier again (a spare one, never a missing one).
@@ -441,7 +567,7 @@ func (n *Node) wait(ctx context.Context, f raft.Future) error {
 
 // Shutdown stops the node (raft, then the store it opened). The other
 // members see it as failed until it is removed or restarted. A call
-// waiting in Apply, ApplyBatch, AddVoter or RemoveServer returns with
+// waiting in Apply, ApplyBatch, AddMember or RemoveMember returns with
 // raft's answer if raft gave one before it stopped, and with an error
 // wrapping ErrOutcomeUnknown otherwise.
 func (n *Node) Shutdown() error {
@@ -463,4 +589,39 @@ func (n *Node) Shutdown() error {
 	}
 	n.closeStore()
 	return err
+}
+
+// watchedStore is the node's raft log and stable store, remembering
+// whether the last write failed (Ready).
+type watchedStore struct {
+	raft.LogStore
+	raft.StableStore
+	last atomic.Pointer[error] // the last write's error; nil: it succeeded
+}
+
+func (w *watchedStore) wrote(err error) error {
+	if err != nil {
+		w.last.Store(&err)
+	} else {
+		w.last.Store(nil)
+	}
+	return err
+}
+
+// failing returns the last write's error, nil if it succeeded.
+func (w *watchedStore) failing() error {
+	if p := w.last.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (w *watchedStore) StoreLog(l *raft.Log) error    { return w.wrote(w.LogStore.StoreLog(l)) }
+func (w *watchedStore) StoreLogs(l []*raft.Log) error { return w.wrote(w.LogStore.StoreLogs(l)) }
+func (w *watchedStore) DeleteRange(min, max uint64) error {
+	return w.wrote(w.LogStore.DeleteRange(min, max))
+}
+func (w *watchedStore) Set(k, v []byte) error { return w.wrote(w.StableStore.Set(k, v)) }
+func (w *watchedStore) SetUint64(k []byte, v uint64) error {
+	return w.wrote(w.StableStore.SetUint64(k, v))
 }

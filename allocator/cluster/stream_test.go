@@ -1,15 +1,19 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -30,25 +34,59 @@ const (
 	otherCA
 )
 
-// layers makes StreamLayers on loopback for tests, sharing one CA.
+// layers makes StreamLayers on loopback for tests, sharing one CA and
+// one membership: each layer is a member, n1, n2..., at its listener's
+// address.
 type layers struct {
 	t    *testing.T
 	ca   testkit.TLSFiles
 	logs *testkit.SyncBuffer
+
+	mu      sync.Mutex
+	members map[raft.ServerID]raft.ServerAddress
 }
 
 func newLayers(t *testing.T) *layers {
-	return &layers{t: t, ca: testkit.NewTLSFiles(t), logs: &testkit.SyncBuffer{}}
+	return &layers{t: t, ca: testkit.NewTLSFiles(t), logs: &testkit.SyncBuffer{}, members: map[raft.ServerID]raft.ServerAddress{}}
+}
+
+// membership is the layers' Members.
+func (l *layers) membership() map[raft.ServerID]raft.ServerAddress {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.members)
+}
+
+// join lists id at addr.
+func (l *layers) join(id raft.ServerID, addr raft.ServerAddress) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.members[id] = addr
 }
 
 func (l *layers) new(tokens []string, mode peerTLS, timeout time.Duration) *StreamLayer {
 	l.t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return l.with("127.0.0.1", tokens, mode, func(c *StreamConfig) { c.HandshakeTimeout = timeout })
+}
+
+// with makes a layer on ip, a member named n1, n2... at its listener's
+// address, with tune's changes to its configuration (which may rename
+// it, or drop Join to keep it out of the membership).
+func (l *layers) with(ip string, tokens []string, mode peerTLS, tune func(*StreamConfig)) *StreamLayer {
+	l.t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	cfg := StreamConfig{Listener: ln, Tokens: tokens, HandshakeTimeout: timeout,
+	l.mu.Lock()
+	id := raft.ServerID(fmt.Sprintf("n%d", len(l.members)+1))
+	l.mu.Unlock()
+	cfg := StreamConfig{Listener: ln, ID: id, Members: l.membership, Tokens: tokens,
 		Logger: slog.New(slog.NewTextHandler(l.logs, nil))}
+	tune(&cfg)
+	if cfg.ID == id {
+		l.join(id, raft.ServerAddress(ln.Addr().String()))
+	}
 	switch mode {
 	case mutual:
 		cfg.ServerTLS, cfg.ClientTLS = PeerTLS(l.ca.Certificate(l.t), l.ca.Pool)
@@ -136,16 +174,59 @@ func TestStreamLayerHandshake(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer in.Close()
-			if _, err := conn.Write([]byte("append entries")); err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, len("append entries"))
-			if _, err := io.ReadFull(in, buf); err != nil || string(buf) != "append entries" {
-				t.Fatalf("read %q, %v", buf, err)
-			}
+			exchange(t, conn, in, cl.id)
 			refusedCount(t, srv, "in", 0)
 			refusedCount(t, cl, "out", 0)
 		})
+	}
+}
+
+// request is what raft's transport sends for a request: its type, then
+// the request in msgpack.
+func request(t *testing.T, rpc uint8, req any) []byte {
+	t.Helper()
+	var b []byte
+	if err := codec.NewEncoderBytes(&b, &codec.MsgpackHandle{}).Encode(req); err != nil {
+		t.Fatal(err)
+	}
+	return append([]byte{rpc}, b...)
+}
+
+// answer is what raft's transport sends back: an error string, then the
+// response, each in msgpack.
+func answer(t *testing.T, resp any) []byte {
+	t.Helper()
+	var b []byte
+	enc := codec.NewEncoderBytes(&b, &codec.MsgpackHandle{})
+	if err := enc.Encode(""); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Encode(resp); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// exchange sends a vote request from the dialer (member from) on conn and
+// the answer back from in, the acceptor's end, and checks that both cross
+// intact.
+func exchange(t *testing.T, conn, in net.Conn, from raft.ServerID) {
+	t.Helper()
+	for _, x := range []struct {
+		w    net.Conn
+		r    net.Conn
+		data []byte
+	}{
+		{conn, in, request(t, rpcRequestVote, &raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ID: []byte(from), Addr: []byte("x")}, Term: 7})},
+		{in, conn, answer(t, &raft.RequestVoteResponse{Term: 7, Granted: true})},
+	} {
+		if _, err := x.w.Write(x.data); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(x.data))
+		if _, err := io.ReadFull(x.r, buf); err != nil || !bytes.Equal(buf, x.data) {
+			t.Fatalf("read %q, %v; want %q", buf, err, x.data)
+		}
 	}
 }
 
@@ -196,19 +277,26 @@ func TestStreamLayerStrangers(t *testing.T) {
 func TestStreamLayerConfig(t *testing.T) {
 	ca := testkit.NewTLSFiles(t)
 	srvTLS, clTLS := PeerTLS(ca.Certificate(t), nil)
+	members := func() map[raft.ServerID]raft.ServerAddress { return nil }
 	for _, tc := range []struct {
 		name string
 		cfg  func(ln net.Listener) StreamConfig
 		want string
 	}{
 		{"no listener", func(net.Listener) StreamConfig { return StreamConfig{} }, "needs a listener"},
-		{"half TLS", func(ln net.Listener) StreamConfig { return StreamConfig{Listener: ln, ServerTLS: srvTLS} }, "go together"},
-		{"empty token", func(ln net.Listener) StreamConfig { return StreamConfig{Listener: ln, Tokens: []string{""}} }, "empty cluster token"},
+		{"no id", func(ln net.Listener) StreamConfig { return StreamConfig{Listener: ln, Members: members} }, "needs this member's id"},
+		{"no members", func(ln net.Listener) StreamConfig { return StreamConfig{Listener: ln, ID: "a"} }, "needs this member's id"},
+		{"half TLS", func(ln net.Listener) StreamConfig {
+			return StreamConfig{Listener: ln, ID: "a", Members: members, ServerTLS: srvTLS}
+		}, "go together"},
+		{"empty token", func(ln net.Listener) StreamConfig {
+			return StreamConfig{Listener: ln, ID: "a", Members: members, Tokens: []string{""}}
+		}, "empty peer secret"},
 		{"unverified TLS without token", func(ln net.Listener) StreamConfig {
-			return StreamConfig{Listener: ln, ServerTLS: srvTLS, ClientTLS: clTLS}
-		}, "needs a cluster token"},
+			return StreamConfig{Listener: ln, ID: "a", Members: members, ServerTLS: srvTLS, ClientTLS: clTLS}
+		}, "needs a peer secret"},
 		{"unspecified advertise", func(ln net.Listener) StreamConfig {
-			return StreamConfig{Listener: ln, Advertise: &net.TCPAddr{IP: net.IPv4zero, Port: 7451}}
+			return StreamConfig{Listener: ln, ID: "a", Members: members, Advertise: &net.TCPAddr{IP: net.IPv4zero, Port: 7451}}
 		}, "unspecified"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,9 +331,9 @@ func TestClusterOverTCP(t *testing.T) {
 			l := newLayers(t)
 			var nodes []*Node
 			var servers []raft.Server
-			for i := range 3 {
+			for range 3 {
 				s := l.new([]string{"cluster-secret"}, mode, time.Second)
-				nd, err := New(raft.ServerID(fmt.Sprintf("n%d", i)), NewNetworkTransport(s, nil), ledgerCfg, WithRaftConfig(tcpRaft))
+				nd, err := New(s.id, NewNetworkTransport(s, nil), ledgerCfg, WithRaftConfig(tcpRaft))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -13,25 +13,32 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/allocator/cluster"
 )
 
 // The admin API of a cluster member, on its lease API listener, behind
-// the bearer tokens (docs/cluster.md, "Operations"):
+// the admin tokens (docs/cluster.md, "Operations"; docs/security.md):
 //
 //	GET    /admin/cluster               the members as this member knows them (any member)
-//	POST   /admin/cluster/members       add a voter: {"id": "d", "raft_address": "host:port"}
+//	POST   /admin/cluster/members       add a member: {"id": "d", "raft_address": "host:port"}
 //	DELETE /admin/cluster/members/{id}  remove a member
 //	GET    /admin/backup                the leader's applied state (application/octet-stream)
 //	POST   /admin/restore               replace the cluster's state with a backup (the body)
 //
 // All but the first run on the leader: a follower answers 307 with the
-// leader's URL when it knows one, 503 otherwise.
+// leader's URL when it knows one, 503 otherwise. A change refused for
+// what it would do to the cluster is 409 with the reason.
 
-// maxBackupBytes caps a restore's body.
-const maxBackupBytes = 4 << 30
+// minRestoreBytes is the least a restore's body may be; the most is twice
+// the cluster's state (a backup of it), if larger, up to
+// cluster.MaxSnapshotBytes. A backup declaring more is refused from its
+// header, so a restore holds at most that in memory, and a new cluster
+// takes a backup of a few million keys.
+const minRestoreBytes = 256 << 20
 
-// adminTimeout bounds a membership change or a restore.
+// adminTimeout bounds a membership change (a new member's catch-up
+// included) or a restore.
 const adminTimeout = 30 * time.Second
 
 // memberInfo is one member in GET /admin/cluster.
@@ -55,8 +62,8 @@ type addRequest struct {
 	RaftAddress string `json:"raft_address"`
 }
 
-func adminHandler(node *cluster.Node, urls map[raft.ServerID]string, log *slog.Logger) http.Handler {
-	a := &admin{node: node, urls: urls, log: log}
+func adminHandler(led *allocator.Ledger, peers cluster.PeerProgress, urls map[raft.ServerID]string, log *slog.Logger) http.Handler {
+	a := &admin{led: led, node: led.Node(), peers: peers, urls: urls, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/cluster", a.members)
 	mux.HandleFunc("POST /admin/cluster/members", a.onLeader(a.add))
@@ -67,9 +74,11 @@ func adminHandler(node *cluster.Node, urls map[raft.ServerID]string, log *slog.L
 }
 
 type admin struct {
-	node *cluster.Node
-	urls map[raft.ServerID]string
-	log  *slog.Logger
+	led   *allocator.Ledger
+	node  *cluster.Node
+	peers cluster.PeerProgress
+	urls  map[raft.ServerID]string
+	log   *slog.Logger
 }
 
 // onLeader runs h on the leader; a follower redirects to the leader.
@@ -116,7 +125,7 @@ func (a *admin) add(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 	defer cancel()
-	if err := a.node.AddVoter(ctx, raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddress)); err != nil {
+	if err := a.node.AddMember(ctx, raft.ServerID(req.ID), raft.ServerAddress(req.RaftAddress), a.peers); err != nil {
 		a.fail(w, "add", err)
 		return
 	}
@@ -126,22 +135,9 @@ func (a *admin) add(w http.ResponseWriter, r *http.Request) {
 
 func (a *admin) remove(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	servers, err := a.node.Members()
-	if err != nil {
-		a.fail(w, "remove", err)
-		return
-	}
-	found := false
-	for _, s := range servers {
-		found = found || s.ID == raft.ServerID(id)
-	}
-	if !found {
-		http.Error(w, fmt.Sprintf("allocator: remove: %q is not a member", id), http.StatusNotFound)
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 	defer cancel()
-	if err := a.node.RemoveServer(ctx, raft.ServerID(id)); err != nil {
+	if err := a.node.RemoveMember(ctx, raft.ServerID(id), a.peers); err != nil {
 		a.fail(w, "remove", err)
 		return
 	}
@@ -157,18 +153,22 @@ func (a *admin) backup(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (a *admin) restore(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBackupBytes))
-	if err != nil {
-		http.Error(w, "allocator: restore: reading the backup: "+err.Error(), http.StatusBadRequest)
+	limit := int64(min(max(2*len(a.node.Backup()), minRestoreBytes), cluster.MaxSnapshotBytes))
+	b, err := cluster.ReadBackupFrom(r.Body, limit)
+	switch {
+	case errors.Is(err, cluster.ErrBackupTooLarge):
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("allocator: restore: %v (twice this cluster's state, and at least %d)", err, minRestoreBytes),
+			http.StatusRequestEntityTooLarge)
+		return
+	case err != nil:
+		w.Header().Set("Connection", "close")
+		a.fail(w, "restore", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), adminTimeout)
 	defer cancel()
-	if err := a.node.RestoreBackup(ctx, b); err != nil {
-		if errors.Is(err, cluster.ErrBadBackup) {
-			http.Error(w, "allocator: restore: "+err.Error(), http.StatusBadRequest)
-			return
-		}
+	if err := a.led.RestoreBackup(ctx, b); err != nil {
 		a.fail(w, "restore", err)
 		return
 	}
@@ -176,13 +176,22 @@ func (a *admin) restore(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "restored\n")
 }
 
-// fail answers a failed operation: 503 when the member is (no longer) the
-// leader or the outcome is unknown, 500 otherwise.
+// fail answers a failed operation with the reason: 400 for a backup
+// refused, 404 for a member that is not one, 409 for a membership change
+// refused, 503 when the member is (no longer) the leader, the outcome is
+// unknown or a new member has not caught up (retry), 500 otherwise.
 func (a *admin) fail(w http.ResponseWriter, op string, err error) {
-	a.log.Warn("allocator: admin operation failed", "op", op, "err", err)
 	code := http.StatusInternalServerError
-	if errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrOutcomeUnknown) {
+	switch {
+	case errors.Is(err, cluster.ErrBadBackup):
+		code = http.StatusBadRequest
+	case errors.Is(err, cluster.ErrNotMember):
+		code = http.StatusNotFound
+	case errors.Is(err, cluster.ErrMembership):
+		code = http.StatusConflict
+	case errors.Is(err, cluster.ErrNotLeader), errors.Is(err, cluster.ErrOutcomeUnknown), errors.Is(err, cluster.ErrNotCaughtUp):
 		code = http.StatusServiceUnavailable
 	}
+	a.log.Warn("allocator: admin operation refused or failed", "op", op, "status", code, "err", err)
 	http.Error(w, "allocator: "+op+": "+err.Error(), code)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -54,10 +53,9 @@ type clusterProcs struct {
 func startCluster(t *testing.T, n int, extra ...string) *clusterProcs {
 	t.Helper()
 	dir := t.TempDir()
-	tokens := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(tokens, []byte(testToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tokens := writeTokens(t, dir, "tokens", testToken)
+	creds := []string{"-token-file", tokens, "-admin-token-file", writeTokens(t, dir, "admin", testAdminToken),
+		"-peer-token-file", writeTokens(t, dir, "peer", testPeerToken)}
 	ports := freePorts(t, 2*n)
 	c := &clusterProcs{}
 	var peers []string
@@ -67,8 +65,8 @@ func startCluster(t *testing.T, n int, extra ...string) *clusterProcs {
 	}
 	for i := range n {
 		args := append([]string{"-listen", strings.TrimPrefix(c.urls[i], "http://"), "-data-dir", filepath.Join(dir, fmt.Sprint(i)),
-			"-token-file", tokens, "-cluster-id", fmt.Sprintf("m%d", i), "-cluster-peers", strings.Join(peers, ","),
-			"-cluster-bootstrap", "-cluster-election-timeout", "300ms"}, extra...)
+			"-cluster-id", fmt.Sprintf("m%d", i), "-cluster-peers", strings.Join(peers, ","),
+			"-cluster-bootstrap", "-cluster-election-timeout", "300ms"}, append(creds, extra...)...)
 		c.procs = append(c.procs, startBinary(t, args...))
 	}
 	for i := range n {
@@ -288,11 +286,7 @@ func TestMembersAuthenticatePeers(t *testing.T) {
 		for _, id := range []string{"a", "b"} {
 			cfg := testConfig(t, "-cluster-id", id, "-cluster-peers", peers, "-cluster-bootstrap", "-cluster-election-timeout", "100ms")
 			if id == "b" {
-				other := filepath.Join(t.TempDir(), "tokens")
-				if err := os.WriteFile(other, []byte("another-cluster\n"), 0o600); err != nil {
-					t.Fatal(err)
-				}
-				cfg.tokenFile = other
+				cfg.peerTokenFile = writeTokens(t, t.TempDir(), "peer", "another-cluster")
 			}
 			members = append(members, startServerUnready(t, cfg))
 		}

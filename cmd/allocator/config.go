@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/rationhq/ration/internal/envflag"
@@ -19,7 +21,9 @@ type config struct {
 	dataDir          string
 	leaseTTL         time.Duration
 	strict           bool
-	tokenFile        string
+	tokenFile        string // the gateways' tokens: the lease API only
+	adminTokenFile   string // a cluster member's admin API (membership, backup, restore)
+	peerTokenFile    string // a cluster member's raft peers
 	noAuth           bool
 	tlsCert          string
 	tlsKey           string
@@ -53,8 +57,10 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.dataDir, "data-dir", "data", "directory of the bbolt store (allocator.db), or of a cluster member's raft log (raft.db) and snapshots (snapshots/)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 10*time.Second, "lease time to live (1ms to 1h); enters the bound C + rho*(t+TTL)")
 	fs.BoolVar(&c.strict, "strict", false, "strict mode: bound C + rho*t (holdings count against capacity)")
-	fs.StringVar(&c.tokenFile, "token-file", "", "file of accepted bearer tokens, one per line (required unless -no-auth)")
-	fs.BoolVar(&c.noAuth, "no-auth", false, "accept calls without a bearer token (development only)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file of the gateways' bearer tokens, one per line: they open the lease API only (required unless -no-auth)")
+	fs.StringVar(&c.adminTokenFile, "admin-token-file", "", "file of the admin API's bearer tokens (membership, backup, restore), one per line; a cluster member needs it unless -no-auth")
+	fs.StringVar(&c.peerTokenFile, "peer-token-file", "", "file of the raft peers' shared secrets, one per line (the first is proven, any accepted); a cluster member needs it unless -no-auth or mutual TLS (-cluster-ca)")
+	fs.BoolVar(&c.noAuth, "no-auth", false, "accept calls and peers without a credential (development only)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with -tls-key serves HTTPS, else h2c")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key file (PEM)")
 	fs.DurationVar(&c.commitLinger, "commit-linger", 8*time.Millisecond, "under concurrent load, the longest a group commit waits for more calls: until 64 wait, in 1 ms steps, and under light load only while each step brings a call (0: never)")
@@ -77,8 +83,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	switch {
 	case c.tokenFile == "" && !c.noAuth:
 		return c, fmt.Errorf("-token-file is required (or -no-auth for development)")
-	case c.tokenFile != "" && c.noAuth:
-		return c, fmt.Errorf("-token-file and -no-auth exclude each other")
+	case c.noAuth && (c.tokenFile != "" || c.adminTokenFile != "" || c.peerTokenFile != ""):
+		return c, fmt.Errorf("-no-auth excludes -token-file, -admin-token-file and -peer-token-file")
 	case (c.tlsCert == "") != (c.tlsKey == ""):
 		return c, fmt.Errorf("-tls-cert and -tls-key go together")
 	case c.commitLinger < 0 || c.commitLinger > 100*time.Millisecond:
@@ -92,8 +98,37 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	if err := c.cluster.validate(c.tlsCert != ""); err != nil {
 		return c, err
 	}
+	if err := c.validateCredentials(); err != nil {
+		return c, err
+	}
 	if c.sweepInterval <= 0 {
 		c.sweepInterval = c.leaseTTL
 	}
 	return c, nil
+}
+
+// validateCredentials checks that each role has its credential: the
+// admin API and raft exist only on a cluster member, and a member needs
+// both, since the gateways' tokens open neither (docs/security.md).
+func (c *config) validateCredentials() error {
+	if !c.cluster.on() {
+		if c.adminTokenFile != "" || c.peerTokenFile != "" {
+			return errors.New("-admin-token-file and -peer-token-file need -cluster-id: the admin API and raft run only on a cluster member")
+		}
+		return nil
+	}
+	if c.noAuth {
+		return nil
+	}
+	var missing []string
+	if c.adminTokenFile == "" {
+		missing = append(missing, "-admin-token-file")
+	}
+	if c.peerTokenFile == "" && c.cluster.ca == "" {
+		missing = append(missing, "-peer-token-file (or mutual TLS with -cluster-ca)")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("a cluster member needs %s: -token-file is the gateways' credential and opens neither the admin API nor raft", strings.Join(missing, " and "))
+	}
+	return nil
 }

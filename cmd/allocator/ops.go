@@ -27,7 +27,7 @@ const opsUsage = `usage:
   allocator cluster remove  -addr URL -id ID
   allocator backup          -addr URL -out FILE
   allocator restore         -addr URL -in FILE
-common flags: -token-file FILE (a bearer token of the cluster), -ca FILE (PEM, for https), -timeout D`
+common flags: -admin-token-file FILE (the admin credential), -ca FILE (PEM, for https), -timeout D`
 
 // isOp reports whether args (without the program name) start with an
 // operations subcommand rather than the server's flags.
@@ -49,7 +49,7 @@ func runOp(ctx context.Context, args []string, getenv func(string) string, out, 
 	fs := flag.NewFlagSet("allocator "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "http://127.0.0.1:7450", "a member's lease API base URL (a follower redirects to the leader)")
-	tokenFile := fs.String("token-file", "", "file of bearer tokens: the first is sent (none: no Authorization header)")
+	tokenFile := fs.String("admin-token-file", "", "file of the admin API's bearer tokens: the first is sent (none: no Authorization header)")
 	caFile := fs.String("ca", "", "PEM CA bundle to verify an https member (default: the system's)")
 	timeout := fs.Duration("timeout", time.Minute, "bound on the whole operation")
 	var id, raftAddr, file *string

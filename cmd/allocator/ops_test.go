@@ -14,15 +14,16 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/rationhq/ration/allocator/cluster"
 	"github.com/rationhq/ration/internal/testkit"
 )
 
-// op runs an operations subcommand as main would, with the token file,
-// and returns its output.
+// op runs an operations subcommand as main would, with the admin token
+// file, and returns its output.
 func op(t *testing.T, tokens string, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := runOp(context.Background(), append(args, "-token-file", tokens), func(string) string { return "" }, &out, io.Discard)
+	err := runOp(context.Background(), append(args, "-admin-token-file", tokens), func(string) string { return "" }, &out, io.Discard)
 	return out.String(), err
 }
 
@@ -51,13 +52,27 @@ func leaderOf(t *testing.T, tokens string, urls ...string) (leader, follower str
 	return leader, follower
 }
 
+// readBackup reads the backup file at path.
+func readBackup(t *testing.T, path string) cluster.BackupContents {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cluster.ReadBackup(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestOperations: through the subcommands, against members' admin API
 // (a follower redirects to the leader): a third member is added to a
 // two-member cluster and catches up, listed, then removed; a backup of
 // the leader restored into a new one-member cluster carries the state
 // byte for byte, so a call retried there gets its stored reply; a
-// damaged backup is refused with nothing changed; the admin API needs the
-// token.
+// damaged backup is refused with nothing changed, and so is removing the
+// last member (409); the admin API needs the admin token.
 func TestOperations(t *testing.T) {
 	p := freePorts(t, 8)
 	url := func(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", p[2*i]) }
@@ -72,7 +87,7 @@ func TestOperations(t *testing.T) {
 	member("b", 1, two, "-cluster-bootstrap")
 	waitReady(t, url(0), http.DefaultClient)
 	waitReady(t, url(1), http.DefaultClient)
-	tokens := a.cfg.tokenFile
+	tokens := a.cfg.adminTokenFile
 	leader, follower := leaderOf(t, tokens, url(0), url(1))
 
 	// Add c, started without bootstrap, through the follower.
@@ -125,9 +140,8 @@ func TestOperations(t *testing.T) {
 	if _, err := op(t, tokens, "backup", "-addr", url(3), "-out", again); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := os.ReadFile(file)
-	if got, _ := os.ReadFile(again); !bytes.Equal(got, want) {
-		t.Fatalf("the restored member's backup differs from the one restored (%d vs %d bytes)", len(got), len(want))
+	if want, got := readBackup(t, file), readBackup(t, again); !bytes.Equal(got.State, want.State) || got.Now != want.Now {
+		t.Fatalf("the restored member's state differs from the one restored (%d vs %d bytes)", len(got.State), len(want.State))
 	}
 	retry, err := leaseClient(testkit.H2CClient(), url(3)).Acquire(authed(testToken), req)
 	if err != nil || !proto.Equal(sansSnapshots(retry), sansSnapshots(first)) {
@@ -140,14 +154,26 @@ func TestOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(again)
-	bad := filepath.Join(t.TempDir(), "bad")
-	os.WriteFile(bad, []byte("not a backup"), 0o600)
-	if _, err := op(t, tokens, "restore", "-addr", url(3), "-in", bad); err == nil || !strings.Contains(err.Error(), "400") {
-		t.Fatalf("a damaged backup: %v", err)
+	flipped := bytes.Clone(before)
+	flipped[len(flipped)-2] ^= 1
+	for _, bad := range []struct{ name, data, reason string }{
+		{"not a backup", "not a backup", "not a ration backup"},
+		{"a flipped byte", string(flipped), "checksum mismatch"},
+	} {
+		path := filepath.Join(t.TempDir(), "bad")
+		os.WriteFile(path, []byte(bad.data), 0o600)
+		if _, err := op(t, tokens, "restore", "-addr", url(3), "-in", path); err == nil || !strings.Contains(err.Error(), "400") ||
+			!strings.Contains(err.Error(), bad.reason) {
+			t.Fatalf("%s: %v", bad.name, err)
+		}
+		op(t, tokens, "backup", "-addr", url(3), "-out", again)
+		if got, _ := os.ReadFile(again); !bytes.Equal(got, before) {
+			t.Fatalf("%s: a refused restore changed the state", bad.name)
+		}
 	}
-	op(t, tokens, "backup", "-addr", url(3), "-out", again)
-	if got, _ := os.ReadFile(again); !bytes.Equal(got, before) {
-		t.Fatal("a refused restore changed the state")
+	if _, err := op(t, tokens, "cluster", "remove", "-addr", url(3), "-id", "solo"); err == nil || !strings.Contains(err.Error(), "409") ||
+		!strings.Contains(err.Error(), "last voter") {
+		t.Fatalf("removing the last member: %v, want 409 saying why", err)
 	}
 	resp, err := http.Get(url(3) + "/admin/cluster")
 	if err != nil {

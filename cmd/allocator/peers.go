@@ -21,6 +21,7 @@ type clusterFlags struct {
 	advertise       string        // the address peers dial; default: this member's address in peers
 	peers           peerList      // every member: id, raft address, lease API URL
 	bootstrap       bool          // form the cluster from peers if this member has no raft state
+	forceNew        bool          // start although the raft store lost a member's state (disaster recovery)
 	ca              string        // PEM CA bundle: with -tls-cert, peers' TLS is mutual, verified against it
 	electionTimeout time.Duration // raft's heartbeat and election timeout; the leader lease is half
 }
@@ -33,6 +34,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.advertise, "cluster-advertise", "", "address the peers dial to reach this member (default: its address in -cluster-peers)")
 	fs.Var(&c.peers, "cluster-peers", "every member as id=raft-host:port=lease-API-URL, comma-separated, e.g. a=10.0.0.1:7451=http://10.0.0.1:7450,b=...; the URLs are what a follower names as the leader")
 	fs.BoolVar(&c.bootstrap, "cluster-bootstrap", false, "form a new cluster of -cluster-peers if this member has no raft state yet (give it to the initial members, never to one being added)")
+	fs.BoolVar(&c.forceNew, "cluster-force-new", false, "disaster recovery, once: start although raft.db lost this member's raft log and vote (refused otherwise), forming a new cluster of -cluster-peers from its latest snapshot (or empty without one)")
 	fs.StringVar(&c.ca, "cluster-ca", "", "PEM CA bundle; with -tls-cert, raft peers present that certificate and verify each other's against this CA (mutual TLS)")
 	fs.DurationVar(&c.electionTimeout, "cluster-election-timeout", time.Second, "raft heartbeat and election timeout (50ms to 1m); a leader that hears from no majority for half of it steps down")
 }
@@ -41,7 +43,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 // tlsOn reports whether -tls-cert is given.
 func (c *clusterFlags) validate(tlsOn bool) error {
 	if !c.on() {
-		if c.listen != "" || c.advertise != "" || len(c.peers) > 0 || c.bootstrap || c.ca != "" {
+		if c.listen != "" || c.advertise != "" || len(c.peers) > 0 || c.bootstrap || c.forceNew || c.ca != "" {
 			return errors.New("the -cluster-* flags need -cluster-id")
 		}
 		return nil
@@ -143,6 +145,15 @@ func (p peerList) urls() map[raft.ServerID]string {
 	out := make(map[raft.ServerID]string, len(p))
 	for _, m := range p {
 		out[m.id] = m.apiURL
+	}
+	return out
+}
+
+// addrs maps each member's id to its raft address.
+func (p peerList) addrs() map[raft.ServerID]raft.ServerAddress {
+	out := make(map[raft.ServerID]raft.ServerAddress, len(p))
+	for _, m := range p {
+		out[m.id] = m.raftAddr
 	}
 	return out
 }

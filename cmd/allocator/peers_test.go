@@ -50,6 +50,7 @@ func TestClusterFlags(t *testing.T) {
 	}{
 		{[]string{"-cluster-peers", threePeers}, "need -cluster-id"},
 		{[]string{"-cluster-bootstrap"}, "need -cluster-id"},
+		{[]string{"-cluster-force-new"}, "need -cluster-id"},
 		{[]string{"-cluster-id", "d", "-cluster-peers", threePeers}, `"d" is not in -cluster-peers`},
 		{[]string{"-cluster-id", "a"}, "not in -cluster-peers"},
 		{[]string{"-cluster-id", "a", "-cluster-peers", "a"}, "want id=raft-host:port=lease-API-URL"},

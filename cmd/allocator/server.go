@@ -21,7 +21,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/allocator/cluster"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
@@ -79,14 +78,13 @@ func (g *gate) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1
 // serve runs the allocator on ln until ctx is done.
 func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) error {
 	var interceptors []connect.ServerInterceptor
-	var tokens []string
+	creds, err := readCredentials(cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	if !cfg.noAuth {
-		var err error
-		if tokens, err = ration.ReadTokenFile(cfg.tokenFile); err != nil {
-			ln.Close()
-			return err
-		}
-		interceptors = append(interceptors, allocator.BearerAuth(tokens, log))
+		interceptors = append(interceptors, allocator.BearerAuth(creds.gateway, log))
 	} else {
 		log.Warn("allocator: authentication disabled (-no-auth)")
 	}
@@ -136,7 +134,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 			http.Error(w, "allocator: not ready", http.StatusServiceUnavailable)
 		})
 		if !cfg.noAuth {
-			h = allocator.RequireBearer(tokens, log, h)
+			h = allocator.RequireBearer(creds.admin, log, h)
 		}
 		mux.Handle("/admin/", h)
 	}
@@ -183,8 +181,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	opts := []allocator.Option{allocator.WithTTL(cfg.leaseTTL), allocator.WithStrict(cfg.strict), allocator.WithLogger(log),
 		allocator.WithSessionRetention(cfg.sessionRetention), allocator.WithCommitLinger(cfg.commitLinger)}
 	var led *allocator.Ledger
+	var peers *cluster.StreamLayer
 	if cfg.cluster.on() {
-		led, err = openMember(cfg, tokens, reg, log, opts)
+		led, peers, err = openMember(cfg, creds.peer, reg, log, opts)
 	} else {
 		led, err = allocator.Open(filepath.Join(cfg.dataDir, "allocator.db"), append(opts,
 			allocator.WithCommitObserver(func(d time.Duration, err error) {
@@ -206,7 +205,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	}
 	if nd := led.Node(); nd != nil {
 		node.Store(nd)
-		a := adminHandler(nd, cfg.cluster.peers.urls(), log)
+		a := adminHandler(led, peers, cfg.cluster.peers.urls(), log)
 		adminAPI.Store(&a)
 	}
 	g.svc.Store(allocator.NewService(led, allocator.WithMetrics(metrics), allocator.WithServiceLogger(log)))

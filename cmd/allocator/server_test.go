@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,13 @@ import (
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
 
-const testToken = "s3cret-token"
+// The tokens of each role in the files testConfig writes (a gateway's
+// file also holds other-token).
+const (
+	testToken      = "s3cret-token"
+	testAdminToken = "admin-s3cret"
+	testPeerToken  = "peer-s3cret"
+)
 
 type testServer struct {
 	addr string
@@ -44,12 +51,27 @@ func testConfig(t *testing.T, extra ...string) config {
 	if err := os.WriteFile(tokens, []byte("# spenders\n"+testToken+"\n\nother-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"-listen", "127.0.0.1:0", "-data-dir", filepath.Join(dir, "data"), "-token-file", tokens}, extra...)
+	args := []string{"-listen", "127.0.0.1:0", "-data-dir", filepath.Join(dir, "data"), "-token-file", tokens}
+	if slices.Contains(extra, "-cluster-id") {
+		args = append(args, "-admin-token-file", writeTokens(t, dir, "admin", testAdminToken),
+			"-peer-token-file", writeTokens(t, dir, "peer", testPeerToken))
+	}
+	args = append(args, extra...)
 	cfg, err := parseConfig(args, func(string) string { return "" }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// writeTokens writes a token file (mode 600) named name in dir.
+func writeTokens(t *testing.T, dir, name string, tokens ...string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(strings.Join(tokens, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func startServer(t *testing.T, cfg config) *testServer {
