@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,4 +160,36 @@ func firstLines(s string, n int) string {
 		lines = lines[:n]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// allocatorAsUsed is the allocator as far as the files use it, for the
+// tests that break the files and need no build.
+func allocatorAsUsed() command {
+	flags := map[string]bool{"cluster-bootstrap": false}
+	for _, f := range []string{"listen", "data-dir", "token-file", "admin-token-file", "peer-token-file",
+		"cluster-id", "cluster-listen", "cluster-peers", "shutdown-timeout"} {
+		flags[f] = true
+	}
+	return command{name: "allocator", flags: flags, defaults: map[string]string{"shutdown-timeout": "15s"}}
+}
+
+// breakage is one way to break a deployment file: old replaced by new,
+// which the check must report with a problem containing want.
+type breakage struct{ name, old, new, want string }
+
+// expectReported applies each breakage alone to src, the text of file,
+// and expects check to report it.
+func expectReported(t *testing.T, file, src string, cases []breakage, check func(src string) []string) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(src, tc.old) {
+				t.Fatalf("%s has no %q", file, tc.old)
+			}
+			problems := check(strings.Replace(src, tc.old, tc.new, 1))
+			if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, tc.want) }) {
+				t.Errorf("problems %q, want one containing %q", problems, tc.want)
+			}
+		})
+	}
 }
