@@ -106,7 +106,7 @@ func TestReadTokenFile(t *testing.T) {
 		want       string
 	}{
 		{"world-readable", "tok\n", 0o644, "chmod 600"},
-		{"group-readable", "tok\n", 0o640, "chmod 600"},
+		{"group-writable", "tok\n", 0o620, "chmod 600"},
 		{"space in a token", "# c\ntok en\n", 0o600, "line 2: a token cannot contain spaces"},
 		{"no token", "# only a comment\n\n", 0o600, "holds no token"},
 	} {
@@ -120,5 +120,23 @@ func TestReadTokenFile(t *testing.T) {
 	}
 	if _, err := ration.ReadTokenFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
+	}
+
+	// Readable by its group: refused from a user's file, accepted from
+	// root's (a Kubernetes secret volume with fsGroup, a systemd
+	// credential). Root chowns its file away to test the refusal; a user
+	// cannot make a root-owned one, so that half needs root (CI runs as
+	// root).
+	groupReadable := write("group-readable", "tok\n", 0o440)
+	if os.Geteuid() == 0 {
+		if tokens, err := ration.ReadTokenFile(groupReadable); err != nil || len(tokens) != 1 {
+			t.Errorf("root-owned, mode 0440: %q, %v; want it accepted", tokens, err)
+		}
+		if err := os.Chown(groupReadable, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ration.ReadTokenFile(groupReadable); err == nil || !strings.Contains(err.Error(), "not owned by root; chmod 600") {
+		t.Errorf("a user's file, mode 0440: %v; want it refused", err)
 	}
 }

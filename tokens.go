@@ -11,11 +11,11 @@ import (
 // ReadTokenFile reads the bearer tokens in the file at path, one per line,
 // for the allocator (which accepts any of them) and a spender (which sends
 // the first). Blank lines and lines starting with # are skipped and
-// surrounding spaces trimmed. It fails, naming the file, when the file can
-// be read by group or others (a secret: chmod 600), when a token contains
-// a space or a control character (it could not travel as
-// "Authorization: Bearer <token>"), or when the file holds no token. The
-// error never echoes a token.
+// surrounding spaces trimmed. It fails, naming the file, when the file is
+// not private (see checkTokenFileMode), when a token contains a space or a
+// control character (it could not travel as "Authorization: Bearer
+// <token>"), or when the file holds no token. The error never echoes a
+// token.
 func ReadTokenFile(path string) ([]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -26,8 +26,8 @@ func ReadTokenFile(path string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("token file %s: readable by group or others (mode %#o); chmod 600 it", path, perm)
+	if err := checkTokenFileMode(path, fi.Mode().Perm(), ownedByRoot(fi)); err != nil {
+		return nil, err
 	}
 	var tokens []string
 	sc := bufio.NewScanner(f)
@@ -48,4 +48,22 @@ func ReadTokenFile(path string) ([]string, error) {
 		return nil, fmt.Errorf("token file %s holds no token", path)
 	}
 	return tokens, nil
+}
+
+// checkTokenFileMode refuses a token file that others can read or write,
+// or that its group can write, and one its group can read unless root owns
+// it. A root-owned file readable by its group is a grant made on purpose,
+// and it is how the usual secret stores hand a file to a service that does
+// not run as root: a Kubernetes secret volume with fsGroup (root, the
+// pod's group, 0440) and systemd's LoadCredential= (root, 0400 plus a read
+// ACL for the service's user, which stat shows as 0440). PostgreSQL
+// accepts its key files on the same rule.
+func checkTokenFileMode(path string, perm os.FileMode, rootOwned bool) error {
+	switch {
+	case perm&0o027 != 0:
+		return fmt.Errorf("token file %s: writable by group or open to others (mode %#o); chmod 600 it", path, perm)
+	case perm&0o040 != 0 && !rootOwned:
+		return fmt.Errorf("token file %s: readable by group (mode %#o) and not owned by root; chmod 600 it", path, perm)
+	}
+	return nil
 }

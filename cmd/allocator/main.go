@@ -12,6 +12,8 @@
 //	allocator cluster members|add|remove ...
 //	allocator backup -out FILE
 //	allocator restore -in FILE
+//
+// allocator -version prints the build's version and exits.
 package main
 
 import (
@@ -23,11 +25,17 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/rationhq/ration/internal/version"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if len(os.Args) == 2 && (os.Args[1] == "-version" || os.Args[1] == "--version") {
+		fmt.Println("allocator", version.String())
+		return
+	}
 	if isOp(os.Args[1:]) {
 		err := runOp(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 		if errors.Is(err, flag.ErrHelp) {
