@@ -167,6 +167,7 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 		o.logger = slog.New(slog.DiscardHandler)
 	}
 	lg := o.logger.With("node", string(id))
+	hl := newHclog(lg)
 	fsm, err := NewFSM(cfg)
 	if err != nil {
 		return nil, err
@@ -187,7 +188,7 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	switch {
 	case o.snaps != nil:
 	case o.snapDir != "":
-		fs, err := raft.NewFileSnapshotStoreWithLogger(o.snapDir, o.snapKeep, newHclog(lg))
+		fs, err := raft.NewFileSnapshotStoreWithLogger(o.snapDir, o.snapKeep, hl)
 		if err != nil {
 			n.closeStore()
 			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
@@ -201,20 +202,29 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 		f(rc)
 	}
 	rc.LocalID = id
-	rc.Logger = newHclog(lg)
+	rc.Logger = hl
 	r, err := raft.NewRaft(rc, fsm, o.logs, o.stable, o.snaps, trans)
 	if err != nil {
 		n.closeStore()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	n.raft = r
+	hl.peers.setRaft(r)
 	// The filter runs on raft's goroutine for each observation and sends
-	// none (the channel is nil): it counts leader changes without a
+	// none (the channel is nil): it counts leader changes, and tells the
+	// peer log when a peer answers again or the role changes, without a
 	// goroutine of our own. raft observes a leader each time the one it
 	// knows changes, to none when an election starts.
 	n.observer = raft.NewObserver(nil, false, func(o *raft.Observation) bool {
-		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
-			n.leaderChanges.Add(1)
+		switch d := o.Data.(type) {
+		case raft.LeaderObservation:
+			if d.LeaderID != "" {
+				n.leaderChanges.Add(1)
+			}
+		case raft.ResumedHeartbeatObservation:
+			hl.peers.back(d.PeerID)
+		case raft.RaftState:
+			hl.peers.reset()
 		}
 		return false
 	})
