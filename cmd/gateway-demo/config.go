@@ -78,10 +78,24 @@ func defaultDataDir() string {
 	return filepath.Join(base, "ration", "gateway-demo")
 }
 
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// usage is -help's text before the flags.
+const usage = `usage: gateway-demo [flags]
+
+Runs an allocator (embedded, or -allocator), gateway instances on consecutive ports and the echo
+engine (or -upstream), and prints API keys and curl lines to try (docs/gateway-demo.md).
+
+Each flag may also come from the environment variable beside it; the command line wins.
+RATION_DEMO_UPSTREAM_KEY (environment only, to stay out of ps) is sent to the upstream as its
+bearer token.
+
+flags:
+`
+
+// parseConfig reads the flags in args over the environment. With -help
+// it writes the usage to help and returns flag.ErrHelp.
+func parseConfig(args []string, getenv func(string) string, help io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("gateway-demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address of the first gateway instance; instance i listens on port+i, the echo engine after the last (port 0: any free ports)")
 	fs.IntVar(&c.instances, "instances", 3, fmt.Sprintf("gateway instances, 1 to %d", maxInstances))
 	fs.StringVar(&c.keysFile, "keys", "", `API keys file: JSON [{"key","id","tenant","rpm","tpm"}], reloaded on SIGHUP and when its content changes (default: the built-in demo keys)`)
@@ -103,7 +117,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.IntVar(&c.upstreamConns, "upstream-conns", gateway.DefaultUpstreamConns, "idle connections to the engine each instance keeps for reuse (proxy and tokenize share them); at least the instance's client concurrency")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 
-	if err := envflag.Parse(fs, "RATION_DEMO_", getenv, args); err != nil {
+	if err := envflag.ParseHelp(fs, "RATION_DEMO_", getenv, args, help, usage); err != nil {
 		return c, err
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
