@@ -37,6 +37,11 @@ var ErrClosed = errors.New("cluster: node shut down")
 // (an election is under way, or the node is cut off or not a member).
 var ErrNoLeader = errors.New("cluster: no leader known")
 
+// ErrRemoved is wrapped by Ready's error once the node has learned that
+// it was removed from the cluster (see Node.Ready). It does not serve
+// again: its process should stop.
+var ErrRemoved = errors.New("cluster: removed from the cluster")
+
 // ErrCatchingUp is wrapped by Ready's error when a follower has more than
 // ReadyLag committed entries left to apply.
 var ErrCatchingUp = errors.New("cluster: catching up")
@@ -142,6 +147,10 @@ type Node struct {
 	// contacts with: a follower that never heard from a leader reports its
 	// last contact as the time since.
 	started time.Time
+
+	// member is set once the node has seen itself in the configuration;
+	// removed, once it has learned that it was removed (see Ready).
+	member, removed atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
@@ -266,16 +275,30 @@ func (n *Node) Leader() (raft.ServerAddress, raft.ServerID) { return n.raft.Lead
 // Ready returns nil when the node can take its part: it is the leader,
 // or a follower that knows its leader and whose FSM has applied all but
 // at most ReadyLag of the entries it knows are committed. Otherwise it
-// says why: ErrClosed (shut down), ErrNoLeader or ErrCatchingUp, wrapped
-// with the details. It reads raft's state and the FSM's index without
-// waiting for raft or for an Apply in progress.
+// says why: ErrClosed (shut down), ErrRemoved, ErrNoLeader or
+// ErrCatchingUp, wrapped with the details. It reads raft's state and the
+// FSM's index without waiting for raft or for an Apply in progress.
+//
+// A node is removed when the configuration it holds is not empty and
+// lacks it, it does not lead (a leader that removes itself leads until
+// the change commits, then raft shuts it down), and either an earlier
+// call saw it in the configuration, or no leader has called on it for
+// removedGrace election timeouts (a member removed, then restarted; or
+// removed before a call saw it a member). A member being added holds an
+// empty configuration until the leader reaches it, and one catching up
+// from an older configuration hears from the leader every heartbeat.
+// Once removed, it stays so: the leader no longer calls on it.
 func (n *Node) Ready() error {
 	n.mu.Lock()
 	closed := n.closed
 	n.mu.Unlock()
 	state := n.raft.State()
 	switch {
-	case closed || state == raft.Shutdown:
+	case closed:
+		return ErrClosed
+	case n.isRemoved(state):
+		return ErrRemoved
+	case state == raft.Shutdown:
 		return ErrClosed
 	case state == raft.Leader:
 		return nil
@@ -289,6 +312,37 @@ func (n *Node) Ready() error {
 		return fmt.Errorf("%w %d entries (commit index %d, applied %d; leader %s)", ErrCatchingUp, commit-applied, commit, applied, id)
 	}
 	return nil
+}
+
+// removedGrace is how many election timeouts a node outside the
+// configuration it holds, which no call of Ready saw a member, waits for
+// a leader to call on it before it counts as removed (see Ready).
+const removedGrace = 5
+
+// isRemoved reports whether the node was removed from the cluster (see
+// Ready), and records whether it is a member.
+func (n *Node) isRemoved(state raft.RaftState) bool {
+	if n.removed.Load() {
+		return true
+	}
+	servers := n.raft.GetConfiguration().Configuration().Servers
+	for _, s := range servers {
+		if s.ID == n.id {
+			n.member.Store(true)
+			return false
+		}
+	}
+	if len(servers) == 0 || state == raft.Leader {
+		return false
+	}
+	heard := n.raft.LastContact() // zero before any leader called
+	if heard.Before(n.started) {
+		heard = n.started
+	}
+	if n.member.Load() || time.Since(heard) > removedGrace*n.raft.ReloadableConfig().ElectionTimeout {
+		n.removed.Store(true)
+	}
+	return n.removed.Load()
 }
 
 // IsLeader reports whether this node is the leader.

@@ -49,6 +49,9 @@ func main() {
 	}
 	if err := run(ctx, cfg, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, prefixed(err))
+		if errors.Is(err, errRemoved) {
+			os.Exit(exitRemoved)
+		}
 		os.Exit(exitFailed)
 	}
 }
