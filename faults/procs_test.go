@@ -379,7 +379,9 @@ var instanceListening = regexp.MustCompile(`msg="gateway-demo: instance listenin
 // every instance answers /healthz.
 func startGateway(ctx context.Context, t *testing.T, name string, s gatewaySpec) *gatewayProc {
 	t.Helper()
-	args := []string{"-listen", "127.0.0.1:0", "-instances", strconv.Itoa(s.instances), "-keys", s.keysFile, "-drain", "2s"}
+	// No access log: the cases count and time requests by the thousand,
+	// and keep every process's log in memory.
+	args := []string{"-listen", "127.0.0.1:0", "-instances", strconv.Itoa(s.instances), "-keys", s.keysFile, "-drain", "2s", "-access-log=false"}
 	if s.alloc != nil {
 		args = append(args, "-allocator", s.alloc.apiURL(), "-token-file", s.alloc.tokenPath())
 	} else {

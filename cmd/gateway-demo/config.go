@@ -49,6 +49,7 @@ type config struct {
 	drain        time.Duration // on shutdown, how long in-flight requests may take
 	logLevel     slog.Level
 	upstreamKey  string // RATION_DEMO_UPSTREAM_KEY only: never a flag, so it stays out of ps
+	accessLog    bool   // log one line per request
 
 	limits        serverlimits.Limits // every server's (gateways', echo engine's) per-connection bounds
 	maxBody       int64               // largest request body a gateway reads
@@ -116,6 +117,7 @@ func parseConfig(args []string, getenv func(string) string, help io.Writer) (con
 	fs.StringVar(&c.spenderID, "spender-id", "", "prefix of the instances' spender ids at the allocator (instance i is PREFIX-i); unique per process: two processes on one allocator must not share it (default: gateway-demo/HOST/PID/RANDOM)")
 	fs.IntVar(&c.upstreamConns, "upstream-conns", gateway.DefaultUpstreamConns, "idle connections to the engine each instance keeps for reuse (proxy and tokenize share them); at least the instance's client concurrency")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.accessLog, "access-log", true, "log one line per request at info: method, path, the key's id (never the secret), status, bytes, duration, and admitted or the budget that refused it")
 
 	if err := envflag.ParseHelp(fs, "RATION_DEMO_", getenv, args, help, usage); err != nil {
 		return c, err
