@@ -214,18 +214,10 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	log.Info("allocator: serving", "lease_ttl", cfg.leaseTTL.String(), "strict", cfg.strict, "cluster_id", cfg.cluster.id) // "10s", not nanoseconds in JSON logs
 	// A member is ready once it follows a leader (watchMember says when);
 	// it stops when it learns that it was removed from the cluster.
-	removed := make(chan error, 1)
+	var removed <-chan error // never, alone
 	stopWatch := func() {}
 	if nd := led.Node(); nd != nil {
-		wctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if err := watchMember(wctx, nd, log); err != nil {
-				removed <- err
-			}
-		}()
-		stopWatch = func() { cancel(); <-done }
+		removed, stopWatch = startWatch(nd, log)
 	} else {
 		log.Info("allocator: ready")
 	}

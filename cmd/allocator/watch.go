@@ -17,6 +17,20 @@ var errRemoved = errors.New("allocator: this member was removed from the cluster
 // watchInterval is how often a member checks its readiness.
 const watchInterval = 100 * time.Millisecond
 
+// startWatch runs watchMember on node until stop is called: removed
+// delivers errRemoved if the member learns that it was removed.
+func startWatch(node *cluster.Node, log *slog.Logger) (removed <-chan error, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, done := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := watchMember(ctx, node, log); err != nil {
+			ch <- err
+		}
+	}()
+	return ch, func() { cancel(); <-done }
+}
+
 // watchMember logs when the member becomes ready (it leads, or follows a
 // leader it has caught up with) and when it stops being ready, with the
 // reason, until ctx ends. It returns errRemoved as soon as the member
