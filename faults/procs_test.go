@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rationhq/ration/internal/testkit"
 )
 
 // proc is one process a test started. Its stdout and stderr both go to
@@ -267,15 +268,7 @@ func waitStatus(ctx context.Context, t *testing.T, p *proc, url string, want int
 // freePort returns a loopback address no one listens on. The allocator
 // needs one fixed port across its restarts (the gateways keep its URL),
 // so 127.0.0.1:0 will not do for it.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freePort(t *testing.T) string { return testkit.FixedAddr(t) }
 
 // The credentials of every allocator the suite starts: the gateways'
 // bearer token, and a cluster member's admin token and peer secret.
@@ -392,7 +385,9 @@ var instanceListening = regexp.MustCompile(`msg="gateway-demo: instance listenin
 // every instance answers /healthz.
 func startGateway(ctx context.Context, t *testing.T, name string, s gatewaySpec) *gatewayProc {
 	t.Helper()
-	args := []string{"-listen", "127.0.0.1:0", "-instances", strconv.Itoa(s.instances), "-keys", s.keysFile, "-drain", "2s"}
+	// No access log: the cases count and time requests by the thousand,
+	// and keep every process's log in memory.
+	args := []string{"-listen", "127.0.0.1:0", "-instances", strconv.Itoa(s.instances), "-keys", s.keysFile, "-drain", "2s", "-access-log=false"}
 	if s.alloc != nil {
 		args = append(args, "-allocator", s.alloc.apiURL(), "-token-file", s.alloc.tokenPath())
 	} else {

@@ -52,10 +52,11 @@ func New(keys KeySource, limiter spenderhttp.Reserver, upstream *url.URL, opts .
 		return nil, err
 	}
 	proxy := newProxy(upstream, cfg.transport, cfg.upstreamKey, cfg.logger, m.upstreamErrs.Inc)
-	limitOpts := append([]spenderhttp.Option{spenderhttp.WithLogger(cfg.logger)}, cfg.limitOpts...)
+	limitOpts := append([]spenderhttp.Option{spenderhttp.WithLogger(cfg.logger), spenderhttp.WithDecisions(noteDecision)}, cfg.limitOpts...)
 	limited := spenderhttp.Middleware(limiter, cfg.counter, limitOpts...)(proxy)
 	auth := Authenticate(keys, cfg.logger, func(reason string) { m.authFailures.WithLabelValues(reason).Inc() })
 	api := auth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		noteKey(r.Context())
 		if r.Method == http.MethodPost {
 			limited.ServeHTTP(w, r)
 			return
@@ -63,6 +64,9 @@ func New(keys KeySource, limiter spenderhttp.Reserver, upstream *url.URL, opts .
 		proxy.ServeHTTP(w, r) // GET /v1/models and friends: authenticated, not counted
 	}))
 
+	if cfg.accessLog {
+		api = accessLog(cfg.logger, api)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", m.instrument(api))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(cfg.registry, promhttp.HandlerOpts{ErrorLog: nil}))

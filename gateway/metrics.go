@@ -68,23 +68,29 @@ func (m *metrics) instrument(next http.Handler) http.Handler {
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			m.inFlight.Dec()
-			code := sw.code
-			if code == 0 {
-				code = http.StatusOK
-			}
 			route := routeLabel(r.URL.Path)
-			m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+			m.requests.WithLabelValues(route, strconv.Itoa(sw.status())).Inc()
 			m.seconds.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		}()
 		next.ServeHTTP(sw, r)
 	})
 }
 
-// statusWriter remembers the status code. Unwrap lets
-// http.ResponseController reach the real writer, so flushes go through.
+// statusWriter remembers the status code and counts the body's bytes.
+// Unwrap lets http.ResponseController reach the real writer, so flushes
+// go through.
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code  int
+	bytes int64
+}
+
+// status is the status written, 200 if none was.
+func (s *statusWriter) status() int {
+	if s.code == 0 {
+		return http.StatusOK
+	}
+	return s.code
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -98,7 +104,9 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	if s.code == 0 {
 		s.code = http.StatusOK
 	}
-	return s.ResponseWriter.Write(b)
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += int64(n)
+	return n, err
 }
 
 // Unwrap returns the wrapped ResponseWriter.

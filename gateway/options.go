@@ -21,6 +21,7 @@ type config struct {
 	limitOpts   []spenderhttp.Option
 	transport   http.RoundTripper
 	upstreamKey string
+	accessLog   bool
 }
 
 func newConfig(opts []Option) config {
@@ -96,4 +97,13 @@ func WithTransport(t http.RoundTripper) Option {
 // place of the client's key. The default, "", sends no Authorization.
 func WithUpstreamKey(key string) Option {
 	return optionFunc(func(c *config) { c.upstreamKey = key })
+}
+
+// WithAccessLog makes the gateway log one line per /v1/ request at INFO
+// on its logger (WithLogger), once the answer is done: method, path, the
+// key's id (never its secret), status, response bytes, duration, and
+// whether the limit stage admitted the request or which budget refused
+// it. The default logs no request.
+func WithAccessLog(on bool) Option {
+	return optionFunc(func(c *config) { c.accessLog = on })
 }

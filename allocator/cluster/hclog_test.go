@@ -4,8 +4,10 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // The adapter maps hclog's levels onto slog's, filters by the handler's
@@ -39,3 +41,24 @@ func TestHclogAdapter(t *testing.T) {
 		t.Fatalf("standard logger:\n%s", buf.String())
 	}
 }
+
+// raft's arguments come out readable: a format-style value formatted
+// (raft logs its configurations with hclog.Fmt), a duration as a
+// duration, raft itself by its String method, keys in snake case, a value
+// without a key kept as "extra"; With's arguments alike.
+func TestHclogReadableFields(t *testing.T) {
+	var buf syncBuffer
+	l := newHclog(slog.New(slog.NewJSONHandler(&buf, nil))).With("last-leader-id", hclog.Quote("n1"))
+	servers := []raft.Server{{ID: "a", Address: "10.0.0.1:7451"}}
+	l.Info("initial configuration", "servers", hclog.Fmt("%+v", servers), "backoff time", 500*time.Millisecond,
+		"follower", stringer("Node at 10.0.0.1:7451 [Follower]"), "mask", hclog.Hex(255), "stray")
+	want := `"last_leader_id":"\"n1\"","servers":"[{Suffrage:Voter ID:a Address:10.0.0.1:7451}]","backoff_time":"500ms",` +
+		`"follower":"Node at 10.0.0.1:7451 [Follower]","mask":"0xff","extra":"stray"}`
+	if !strings.Contains(buf.String(), want) {
+		t.Fatalf("got %s\nwant ...%s", buf.String(), want)
+	}
+}
+
+type stringer string
+
+func (s stringer) String() string { return string(s) }

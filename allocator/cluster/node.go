@@ -41,6 +41,11 @@ var ErrClosed = errors.New("cluster: node shut down")
 // (an election is under way, or the node is cut off or not a member).
 var ErrNoLeader = errors.New("cluster: no leader known")
 
+// ErrRemoved is wrapped by Ready's error once the node has learned that
+// it was removed from the cluster (see Node.Ready). It does not serve
+// again: its process should stop.
+var ErrRemoved = errors.New("cluster: removed from the cluster")
+
 // ErrCatchingUp is wrapped by Ready's error when a follower has more than
 // ReadyLag committed entries left to apply.
 var ErrCatchingUp = errors.New("cluster: catching up")
@@ -169,6 +174,10 @@ type Node struct {
 	// last contact as the time since.
 	started time.Time
 
+	// member is set once the node has seen itself in the configuration;
+	// removed, once it has learned that it was removed (see Ready).
+	member, removed atomic.Bool
+
 	mu     sync.Mutex
 	closed bool
 
@@ -193,6 +202,7 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 		o.logger = slog.New(slog.DiscardHandler)
 	}
 	lg := o.logger.With("node", string(id))
+	hl := newHclog(lg)
 	fsm, err := NewFSM(cfg)
 	if err != nil {
 		return nil, err
@@ -219,7 +229,7 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	switch {
 	case o.snaps != nil:
 	case o.snapDir != "":
-		fs, err := raft.NewFileSnapshotStoreWithLogger(o.snapDir, o.snapKeep, newHclog(lg))
+		fs, err := raft.NewFileSnapshotStoreWithLogger(o.snapDir, o.snapKeep, hl)
 		if err != nil {
 			n.closeStore()
 			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
@@ -233,7 +243,7 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 		f(rc)
 	}
 	rc.LocalID = id
-	rc.Logger = newHclog(lg)
+	rc.Logger = hl
 	// A stream layer refuses an AppendEntries over maxAppendFrame, which
 	// allows this many entries.
 	rc.MaxAppendEntries = min(rc.MaxAppendEntries, maxAppendEntries)
@@ -247,13 +257,22 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 		return nil, err
 	}
 	n.raft = r
+	hl.peers.setRaft(r)
 	// The filter runs on raft's goroutine for each observation and sends
-	// none (the channel is nil): it counts leader changes without a
+	// none (the channel is nil): it counts leader changes, and tells the
+	// peer log when a peer answers again or the role changes, without a
 	// goroutine of our own. raft observes a leader each time the one it
 	// knows changes, to none when an election starts.
 	n.observer = raft.NewObserver(nil, false, func(o *raft.Observation) bool {
-		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
-			n.leaderChanges.Add(1)
+		switch d := o.Data.(type) {
+		case raft.LeaderObservation:
+			if d.LeaderID != "" {
+				n.leaderChanges.Add(1)
+			}
+		case raft.ResumedHeartbeatObservation:
+			hl.peers.back(d.PeerID)
+		case raft.RaftState:
+			hl.peers.reset()
 		}
 		return false
 	})
@@ -392,9 +411,19 @@ func (n *Node) Leader() (raft.ServerAddress, raft.ServerID) { return n.raft.Lead
 // its raft store succeeded, and it is the leader, or a follower that knows
 // its leader and whose FSM has applied all but at most ReadyLag of the
 // entries it knows are committed. Otherwise it says why: ErrClosed (shut
-// down), ErrStoreFailing, ErrNoLeader or ErrCatchingUp, wrapped with the
-// details. It reads raft's state and the FSM's index without
-// waiting for raft or for an Apply in progress.
+// down), ErrRemoved, ErrStoreFailing, ErrNoLeader or ErrCatchingUp,
+// wrapped with the details. It reads raft's state and the FSM's index
+// without waiting for raft or for an Apply in progress.
+//
+// A node is removed when the configuration it holds is not empty and
+// lacks it, it does not lead (a leader that removes itself leads until
+// the change commits, then raft shuts it down), and either an earlier
+// call saw it in the configuration, or no leader has called on it for
+// removedGrace election timeouts (a member removed, then restarted; or
+// removed before a call saw it a member). A member being added holds an
+// empty configuration until the leader reaches it, and one catching up
+// from an older configuration hears from the leader every heartbeat.
+// Once removed, it stays so: the leader no longer calls on it.
 func (n *Node) Ready() error {
 	n.mu.Lock()
 	closed := n.closed
@@ -402,7 +431,11 @@ func (n *Node) Ready() error {
 	state := n.raft.State()
 	failing := n.store.failing()
 	switch {
-	case closed || state == raft.Shutdown:
+	case closed:
+		return ErrClosed
+	case n.isRemoved(state):
+		return ErrRemoved
+	case state == raft.Shutdown:
 		return ErrClosed
 	case failing != nil:
 		return fmt.Errorf("%w: %w", ErrStoreFailing, failing)
@@ -418,6 +451,37 @@ func (n *Node) Ready() error {
 		return fmt.Errorf("%w %d entries (commit index %d, applied %d; leader %s)", ErrCatchingUp, commit-applied, commit, applied, id)
 	}
 	return nil
+}
+
+// removedGrace is how many election timeouts a node outside the
+// configuration it holds, which no call of Ready saw a member, waits for
+// a leader to call on it before it counts as removed (see Ready).
+const removedGrace = 5
+
+// isRemoved reports whether the node was removed from the cluster (see
+// Ready), and records whether it is a member.
+func (n *Node) isRemoved(state raft.RaftState) bool {
+	if n.removed.Load() {
+		return true
+	}
+	servers := n.raft.GetConfiguration().Configuration().Servers
+	for _, s := range servers {
+		if s.ID == n.id {
+			n.member.Store(true)
+			return false
+		}
+	}
+	if len(servers) == 0 || state == raft.Leader {
+		return false
+	}
+	heard := n.raft.LastContact() // zero before any leader called
+	if heard.Before(n.started) {
+		heard = n.started
+	}
+	if n.member.Load() || time.Since(heard) > removedGrace*n.raft.ReloadableConfig().ElectionTimeout {
+		n.removed.Store(true)
+	}
+	return n.removed.Load()
 }
 
 // IsLeader reports whether this node is the leader.

@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -23,23 +22,7 @@ import (
 // freePorts returns n loopback ports that were free a moment ago (the
 // members' URLs must be known before they start, to list them in
 // -cluster-peers).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var lns []net.Listener
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
+func freePorts(t *testing.T, n int) []int { return testkit.FixedPorts(t, n) }
 
 // clusterProcs is a cluster of real allocator processes on loopback.
 type clusterProcs struct {

@@ -49,10 +49,11 @@ var defaultLimits = serverlimits.Limits{
 	MaxHeaderBytes: 64 << 10,
 }
 
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// parseConfig reads the flags in args over the environment. With -help
+// it writes the usage to help and returns flag.ErrHelp.
+func parseConfig(args []string, getenv func(string) string, help io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("allocator", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7450", "address to serve on (Connect, gRPC, gRPC-Web, /healthz, /readyz, /metrics)")
 	fs.StringVar(&c.dataDir, "data-dir", "data", "directory of the bbolt store (allocator.db), or of a cluster member's raft log (raft.db) and snapshots (snapshots/)")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 10*time.Second, "lease time to live (1ms to 1h); enters the bound C + rho*(t+TTL)")
@@ -74,7 +75,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	c.cluster.register(fs)
 
 	// Environment first, so that flags override it.
-	if err := envflag.Parse(fs, "RATION_", getenv, args); err != nil {
+	if err := envflag.ParseHelp(fs, envPrefix, getenv, args, help, serverUsage); err != nil {
 		return c, err
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {

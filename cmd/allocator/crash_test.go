@@ -57,7 +57,9 @@ type process struct {
 	done chan error
 }
 
-// startBinary runs the real allocator and waits until it is ready.
+// startBinary runs the real allocator and waits until its lease service
+// is up (the log's "allocator: serving"; a cluster member may not be
+// ready yet).
 func startBinary(t *testing.T, args ...string) *process {
 	t.Helper()
 	cmd := exec.Command(binary(t), append([]string{"-listen", "127.0.0.1:0"}, args...)...)
@@ -81,7 +83,7 @@ func startBinary(t *testing.T, args ...string) *process {
 				if rec.Msg == "allocator: listening" {
 					addr = rec.Addr
 				}
-				if rec.Msg == "allocator: ready" {
+				if rec.Msg == "allocator: serving" {
 					ready <- addr
 				}
 			}

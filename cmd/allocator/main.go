@@ -37,27 +37,30 @@ func main() {
 		return
 	}
 	if isOp(os.Args[1:]) {
-		err := runOp(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+		err := runOp(ctx, os.Args[1:], os.Getenv, os.Stdout)
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, prefixed(err))
-			os.Exit(1)
+			os.Exit(exitFailed)
 		}
 		return
 	}
-	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return // -help printed the usage: not a failure
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, prefixed(err))
-		os.Exit(2)
+		fmt.Fprintln(os.Stderr, prefixed(err)+" ('allocator -help' lists the flags)")
+		os.Exit(exitUsage)
 	}
 	if err := run(ctx, cfg, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, prefixed(err))
-		os.Exit(1)
+		if errors.Is(err, errRemoved) {
+			os.Exit(exitRemoved)
+		}
+		os.Exit(exitFailed)
 	}
 }
 

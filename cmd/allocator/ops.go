@@ -20,34 +20,39 @@ import (
 	"github.com/rationhq/ration/internal/envflag"
 )
 
-// opsUsage lists the operations subcommands.
-const opsUsage = `usage:
-  allocator cluster members -addr URL
-  allocator cluster add     -addr URL -id ID -raft-address HOST:PORT
-  allocator cluster remove  -addr URL -id ID
-  allocator backup          -addr URL -out FILE
-  allocator restore         -addr URL -in FILE
-common flags: -admin-token-file FILE (the admin credential), -ca FILE (PEM, for https), -timeout D`
-
 // isOp reports whether args (without the program name) start with an
 // operations subcommand rather than the server's flags.
 func isOp(args []string) bool {
 	return len(args) > 0 && (args[0] == "cluster" || args[0] == "backup" || args[0] == "restore")
 }
 
+// isHelp reports whether arg asks for the usage, as the flag package
+// reads -h, -help, --h and --help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--h", "--help":
+		return true
+	}
+	return false
+}
+
 // runOp runs an operations subcommand against a cluster member's admin
 // API (a follower redirects to the leader), printing what it did on out.
-func runOp(ctx context.Context, args []string, getenv func(string) string, out, stderr io.Writer) error {
+// With -help it prints its usage on out and returns flag.ErrHelp.
+func runOp(ctx context.Context, args []string, getenv func(string) string, out io.Writer) error {
 	name := args[0]
 	args = args[1:]
 	if name == "cluster" {
-		if len(args) == 0 {
+		switch {
+		case len(args) == 0:
 			return fmt.Errorf("cluster: want members, add or remove\n%s", opsUsage)
+		case isHelp(args[0]):
+			fmt.Fprint(out, "usage:\n"+opsUsage)
+			return flag.ErrHelp
 		}
 		name, args = "cluster "+args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("allocator "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	addr := fs.String("addr", "http://127.0.0.1:7450", "a member's lease API base URL (a follower redirects to the leader)")
 	tokenFile := fs.String("admin-token-file", "", "file of the admin API's bearer tokens: the first is sent (none: no Authorization header)")
 	caFile := fs.String("ca", "", "PEM CA bundle to verify an https member (default: the system's)")
@@ -67,8 +72,8 @@ func runOp(ctx context.Context, args []string, getenv func(string) string, out, 
 	default:
 		return fmt.Errorf("unknown operation %q\n%s", name, opsUsage)
 	}
-	if err := envflag.Parse(fs, "RATION_", getenv, args); err != nil {
-		return err
+	if err := envflag.ParseHelp(fs, envPrefix, getenv, args, out, "usage: allocator "+name+" [flags]\n\nflags:\n"); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	switch {
 	case id != nil && *id == "":

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,7 +22,7 @@ import (
 func op(t *testing.T, tokens string, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	err := runOp(context.Background(), append(args, "-admin-token-file", tokens), func(string) string { return "" }, &out, io.Discard)
+	err := runOp(context.Background(), append(args, "-admin-token-file", tokens), func(string) string { return "" }, &out)
 	return out.String(), err
 }
 

@@ -210,7 +210,16 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	}
 	g.svc.Store(allocator.NewService(led, allocator.WithMetrics(metrics), allocator.WithServiceLogger(log)))
 	ready.Store(true)
-	log.Info("allocator: ready", "lease_ttl", cfg.leaseTTL.String(), "strict", cfg.strict, "cluster_id", cfg.cluster.id) // "10s", not nanoseconds in JSON logs
+	log.Info("allocator: serving", "lease_ttl", cfg.leaseTTL.String(), "strict", cfg.strict, "cluster_id", cfg.cluster.id) // "10s", not nanoseconds in JSON logs
+	// A member is ready once it follows a leader (watchMember says when);
+	// it stops when it learns that it was removed from the cluster.
+	var removed <-chan error // never, alone
+	stopWatch := func() {}
+	if nd := led.Node(); nd != nil {
+		removed, stopWatch = startWatch(nd, log)
+	} else {
+		log.Info("allocator: ready")
+	}
 
 	sweepDone := make(chan struct{})
 	sweepCtx, stopSweep := context.WithCancel(context.Background())
@@ -223,7 +232,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	select {
 	case <-ctx.Done():
 	case runErr = <-serveErr:
+	case runErr = <-removed:
 	}
+	stopWatch()
 	log.Info("allocator: shutting down")
 	ready.Store(false)
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)

@@ -82,7 +82,7 @@ func startServer(t *testing.T, cfg config) *testServer {
 }
 
 // startServerUnready is startServer waiting only until the lease service
-// is up (the log's "allocator: ready"), not for /readyz.
+// is up (the log's "allocator: serving"), not for /readyz.
 func startServerUnready(t *testing.T, cfg config) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", cfg.listen)
@@ -93,7 +93,7 @@ func startServerUnready(t *testing.T, cfg config) *testServer {
 	ts := &testServer{addr: ln.Addr().String(), cfg: cfg, stop: cancel, done: make(chan error, 1), log: &testkit.SyncBuffer{}}
 	go func() { ts.done <- serve(ctx, cfg, ln, newLogger(cfg, ts.log)) }()
 	t.Cleanup(func() { ts.shutdown(t) })
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(ts.log.String(), `"allocator: ready"`); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(ts.log.String(), `"allocator: serving"`); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the lease service did not start:\n%s", ts.log.String())
 		}

@@ -49,6 +49,7 @@ type config struct {
 	drain        time.Duration // on shutdown, how long in-flight requests may take
 	logLevel     slog.Level
 	upstreamKey  string // RATION_DEMO_UPSTREAM_KEY only: never a flag, so it stays out of ps
+	accessLog    bool   // log one line per request
 
 	limits        serverlimits.Limits // every server's (gateways', echo engine's) per-connection bounds
 	maxBody       int64               // largest request body a gateway reads
@@ -78,10 +79,24 @@ func defaultDataDir() string {
 	return filepath.Join(base, "ration", "gateway-demo")
 }
 
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// usage is -help's text before the flags.
+const usage = `usage: gateway-demo [flags]
+
+Runs an allocator (embedded, or -allocator), gateway instances on consecutive ports and the echo
+engine (or -upstream), and prints API keys and curl lines to try (docs/gateway-demo.md).
+
+Each flag may also come from the environment variable beside it; the command line wins.
+RATION_DEMO_UPSTREAM_KEY (environment only, to stay out of ps) is sent to the upstream as its
+bearer token.
+
+flags:
+`
+
+// parseConfig reads the flags in args over the environment. With -help
+// it writes the usage to help and returns flag.ErrHelp.
+func parseConfig(args []string, getenv func(string) string, help io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("gateway-demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "address of the first gateway instance; instance i listens on port+i, the echo engine after the last (port 0: any free ports)")
 	fs.IntVar(&c.instances, "instances", 3, fmt.Sprintf("gateway instances, 1 to %d", maxInstances))
 	fs.StringVar(&c.keysFile, "keys", "", `API keys file: JSON [{"key","id","tenant","rpm","tpm"}], reloaded on SIGHUP and when its content changes (default: the built-in demo keys)`)
@@ -102,8 +117,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.spenderID, "spender-id", "", "prefix of the instances' spender ids at the allocator (instance i is PREFIX-i); unique per process: two processes on one allocator must not share it (default: gateway-demo/HOST/PID/RANDOM)")
 	fs.IntVar(&c.upstreamConns, "upstream-conns", gateway.DefaultUpstreamConns, "idle connections to the engine each instance keeps for reuse (proxy and tokenize share them); at least the instance's client concurrency")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.accessLog, "access-log", true, "log one line per request at info: method, path, the key's id (never the secret), status, bytes, duration, and admitted or the budget that refused it")
 
-	if err := envflag.Parse(fs, "RATION_DEMO_", getenv, args); err != nil {
+	if err := envflag.ParseHelp(fs, "RATION_DEMO_", getenv, args, help, usage); err != nil {
 		return c, err
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {

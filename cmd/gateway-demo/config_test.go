@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"strings"
@@ -86,6 +88,28 @@ func TestParseConfigKeysReloadInterval(t *testing.T) {
 		if _, err := parseConfig([]string{"-keys-reload-interval", bad}, noEnv, io.Discard); err == nil ||
 			!strings.Contains(err.Error(), "keys-reload-interval") {
 			t.Errorf("-keys-reload-interval %s: error %v", bad, err)
+		}
+	}
+}
+
+// TestHelp: -help prints the flags, each with its RATION_DEMO_ variable,
+// and the environment-only variable; the access log is on unless
+// -access-log=false.
+func TestHelp(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseConfig([]string{"--help"}, func(string) string { return "" }, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	for _, want := range []string{usage, "RATION_DEMO_UPSTREAM_KEY", "  -access-log    (env RATION_DEMO_ACCESS_LOG)\n",
+		"  -allocator string    (env RATION_DEMO_ALLOCATOR)\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("the usage lacks %q:\n%s", want, out.String())
+		}
+	}
+	for args, want := range map[string]bool{"": true, "-access-log=false": false} {
+		c, err := parseConfig(strings.Fields(args), func(string) string { return "" }, io.Discard)
+		if err != nil || c.accessLog != want {
+			t.Fatalf("%q: access log %v (%v), want %v", args, c.accessLog, err, want)
 		}
 	}
 }

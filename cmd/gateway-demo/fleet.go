@@ -264,7 +264,7 @@ func (f *fleet) startInstance(i int, ln net.Listener, up *url.URL, clock ration.
 	upstream := gateway.NewUpstreamTransport(f.cfg.upstreamConns)
 	g, err := gateway.New(f.keys, lim, up, gateway.WithRegistry(reg), gateway.WithLogger(log),
 		gateway.WithTransport(upstream), gateway.WithCounter(f.counter(&http.Client{Transport: upstream})),
-		gateway.WithUpstreamKey(f.cfg.upstreamKey),
+		gateway.WithUpstreamKey(f.cfg.upstreamKey), gateway.WithAccessLog(f.cfg.accessLog),
 		gateway.WithLimitOptions(spenderhttp.WithClock(clock), spenderhttp.WithMaxBodyBytes(f.cfg.maxBody),
 			spenderhttp.WithMaxBodyBytesInFlight(f.cfg.maxInFlight)))
 	if err != nil {

@@ -91,3 +91,30 @@ func TestBanner(t *testing.T) {
 		}
 	}
 }
+
+// TestAccessLogNamesInstanceAndKey: with the access log on, each request
+// is one line naming the instance, the key's id and the verdict; the
+// secret appears nowhere in the log.
+func TestAccessLogNamesInstanceAndKey(t *testing.T) {
+	keys := writeKeys(t, []gateway.Key{{Key: "sk-secret-a", ID: "a", Tenant: "t", RPM: 1}})
+	cfg := testConfig(t, 2, keys)
+	cfg.accessLog = true
+	f, logs := startFleetLogs(t, cfg, nil)
+	for _, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		if status, body := rawChat(t, f.instances[1].url, "sk-secret-a", "hello"); status != want {
+			t.Fatalf("%d %s, want %d", status, body, want)
+		}
+	}
+	for _, want := range []string{
+		`msg="gateway: request" instance=2 method=POST path=/v1/chat/completions key=a status=200 `,
+		`msg="gateway: request" instance=2 method=POST path=/v1/chat/completions key=a status=429 `,
+		` limit=refused budget=a dimension=requests`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("the log lacks %q:\n%s", want, logs.String())
+		}
+	}
+	if strings.Contains(logs.String(), "sk-secret-a") {
+		t.Fatalf("the log shows the secret:\n%s", logs.String())
+	}
+}

@@ -28,12 +28,12 @@ func main() {
 	defer stop()
 	hup, stopHUP := notifyReload() // before anything else: an unhandled SIGHUP would end the process
 	defer stopHUP()
-	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return // -help printed the usage: not a failure
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "gateway-demo:", err)
+		fmt.Fprintln(os.Stderr, "gateway-demo:", err, "('gateway-demo -help' lists the flags)")
 		os.Exit(2)
 	}
 	if err := run(ctx, cfg, deps{out: os.Stdout, logOut: os.Stderr, hup: hup}); err != nil {

@@ -28,8 +28,9 @@ type command struct {
 }
 
 // flagLine is the first line of a flag in the flag package's usage:
-// "  -name" for a boolean, "  -name type" otherwise.
-var flagLine = regexp.MustCompile(`^  -([a-z0-9][a-z0-9-]*)(?: (\S+))?$`)
+// "  -name" for a boolean, "  -name type" otherwise, either followed by
+// "(env RATION_NAME)" where the command names the variable.
+var flagLine = regexp.MustCompile(`^  -([a-z0-9][a-z0-9-]*)(?: (\S+))?(?:\s+\(env [A-Z0-9_]+\))?$`)
 
 // defaultNote is how the usage ends a flag's text: "(default 15s)".
 var defaultNote = regexp.MustCompile(`\(default "?([^")]*)"?\)$`)

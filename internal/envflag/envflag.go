@@ -4,8 +4,10 @@
 package envflag
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 )
 
@@ -45,4 +47,51 @@ func Parse(fs *flag.FlagSet, prefix string, getenv func(string) string, args []s
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return nil
+}
+
+// ParseHelp is Parse for a command whose -help (or -h) writes head, then
+// fs's flags with their variables (PrintDefaults), to help, and returns
+// flag.ErrHelp. fs prints nothing itself: the caller reports any other
+// error once.
+func ParseHelp(fs *flag.FlagSet, prefix string, getenv func(string) string, args []string, help io.Writer, head string) error {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := Parse(fs, prefix, getenv, args)
+	if errors.Is(err, flag.ErrHelp) {
+		io.WriteString(help, head)
+		PrintDefaults(help, fs, prefix)
+	}
+	return err
+}
+
+// PrintDefaults writes fs's flags to w in the manner of
+// flag.FlagSet.PrintDefaults, each followed by the environment variable
+// that also sets it, so that -help lists every variable a command reads
+// from the flags it defines.
+func PrintDefaults(w io.Writer, fs *flag.FlagSet, prefix string) {
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		var b strings.Builder
+		b.WriteString("  -" + f.Name)
+		if typ != "" {
+			b.WriteString(" " + typ)
+		}
+		b.WriteString("    (env " + Name(prefix, f.Name) + ")\n    \t")
+		b.WriteString(strings.ReplaceAll(usage, "\n", "\n    \t"))
+		switch f.DefValue {
+		case "", "0", "false", "0s", "[]":
+		default:
+			if g, ok := f.Value.(flag.Getter); ok && isString(g.Get()) {
+				fmt.Fprintf(&b, " (default %q)", f.DefValue)
+			} else {
+				fmt.Fprintf(&b, " (default %v)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w, b.String())
+	})
+}
+
+func isString(v any) bool {
+	_, ok := v.(string)
+	return ok
 }

@@ -1,6 +1,7 @@
 package envflag
 
 import (
+	"errors"
 	"flag"
 	"strings"
 	"testing"
@@ -34,5 +35,44 @@ func TestParseRefusesArguments(t *testing.T) {
 	fs.String("name", "", "")
 	if err := Parse(fs, "X_", func(string) string { return "" }, []string{"-name", "a", "stray"}); err == nil || !strings.Contains(err.Error(), "stray") {
 		t.Fatalf("Parse with a stray argument = %v", err)
+	}
+}
+
+// PrintDefaults names each flag's variable and keeps what
+// flag.PrintDefaults says: the type, the usage, a default that is not the
+// zero value (quoted for a string).
+func TestPrintDefaults(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.Duration("lease-ttl", time.Second, "lease time to live")
+	fs.String("data-dir", "data", "the `directory` of the store")
+	fs.Bool("strict", false, "strict mode")
+	var b strings.Builder
+	PrintDefaults(&b, fs, "X_")
+	want := "  -data-dir directory    (env X_DATA_DIR)\n    \tthe directory of the store (default \"data\")\n" +
+		"  -lease-ttl duration    (env X_LEASE_TTL)\n    \tlease time to live (default 1s)\n" +
+		"  -strict    (env X_STRICT)\n    \tstrict mode\n"
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// ParseHelp prints the head and the flags on -help, and nothing on a bad
+// flag, whose error it returns.
+func TestParseHelp(t *testing.T) {
+	for _, tc := range []struct {
+		arg, out string
+		help     bool
+	}{
+		{"-h", "usage: t\n  -n int    (env X_N)\n    \ta number\n", true},
+		{"--help", "usage: t\n  -n int    (env X_N)\n    \ta number\n", true},
+		{"-bogus", "", false},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.Int("n", 0, "a number")
+		var b strings.Builder
+		err := ParseHelp(fs, "X_", func(string) string { return "" }, []string{tc.arg}, &b, "usage: t\n")
+		if errors.Is(err, flag.ErrHelp) != tc.help || err == nil || b.String() != tc.out {
+			t.Errorf("%s: %v, printed %q", tc.arg, err, b.String())
+		}
 	}
 }

@@ -3,6 +3,7 @@ package spenderhttp_test
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/testkit"
+	"github.com/rationhq/ration/spender"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -144,5 +146,41 @@ func TestTeamBudgetSharedByKeys(t *testing.T) {
 	clk.Advance(20 * time.Second)
 	if w := do(b, chat("")); w.Code != 200 {
 		t.Fatalf("after 20 s: %d", w.Code)
+	}
+}
+
+// TestDecisions: WithDecisions reports each request the stage reserved
+// for, before the handler runs, and each one a budget refused, with the
+// budget and what it lacked; a request answered before the reservation
+// (a body over the cap) is not reported.
+func TestDecisions(t *testing.T) {
+	var got []spenderhttp.Decision
+	var handled int
+	stage := spenderhttp.Middleware(testkit.Limiter(t, newClock()), nil, spenderhttp.WithMaxBodyBytes(4096),
+		spenderhttp.WithDecisions(func(ctx context.Context, d spenderhttp.Decision) {
+			if p, ok := spenderhttp.PrincipalFrom(ctx); !ok || p.KeyID != "k" {
+				t.Errorf("the decision's context carries %v", p)
+			}
+			if d.Admitted && handled != 0 {
+				t.Error("an admission reported after the handler ran")
+			}
+			got = append(got, d)
+		}))
+	h := authed(inOut(), stage(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handled++
+		jsonHandler(200, `{"usage":{"prompt_tokens":10,"completion_tokens":10,"total_tokens":20}}`).ServeHTTP(w, r)
+	})))
+	for _, tc := range []struct {
+		body   string
+		status int
+	}{{prompt(40, 10), 200}, {prompt(40, 600), 429}, {prompt(5000, 10), 413}} {
+		if w := do(h, tc.body); w.Code != tc.status {
+			t.Fatalf("%d, want %d: %s", w.Code, tc.status, w.Body)
+		}
+		handled = 0
+	}
+	want := []spenderhttp.Decision{{Admitted: true}, {Budget: "k/out", Dimension: spender.Tokens}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("decisions %+v, want %+v", got, want)
 	}
 }

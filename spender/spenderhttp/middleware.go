@@ -147,6 +147,7 @@ func (s *stage) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, p, err)
 		return
 	}
+	s.cfg.decided(ctx, Decision{Admitted: true})
 	views := res.views()
 	// The completion may use what every budget that counts it has left.
 	out, _ := tightest(views, func(v *budgetView) bool { return v.meter != InputTokens }, tokensOf)
@@ -233,6 +234,7 @@ func (s *stage) reject(w http.ResponseWriter, r *http.Request, p Principal, err 
 		log.LogAttrs(ctx, slog.LevelDebug, "spenderhttp: rejected", slog.String("key", p.KeyID), slog.String("budget", b.key),
 			slog.String("dimension", re.Dimension.String()), slog.Bool("oversize", re.Oversize),
 			slog.Duration("retry_after", re.RetryAfter))
+		s.cfg.decided(ctx, Decision{Budget: b.key, Dimension: re.Dimension})
 		writeError(w, http.StatusTooManyRequests, typeRateLimit, codeRateLimited, "", rejectMessage(re, b))
 	case errors.Is(err, spender.ErrInvalidKey):
 		log.LogAttrs(ctx, slog.LevelWarn, "spenderhttp: principal has an invalid key ID", slog.Int("key_len", len(p.KeyID)), slog.Any("err", err))

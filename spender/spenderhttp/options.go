@@ -1,9 +1,11 @@
 package spenderhttp
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/spender"
 )
 
 // DefaultMaxBodyBytes is the largest request body, in bytes, that
@@ -30,6 +32,7 @@ type config struct {
 	logger      *slog.Logger
 	overrun     bool  // inject a max when the request has none
 	overrunMax  int64 // the max to inject; 0 = what the key's token budget covers
+	decided     func(context.Context, Decision)
 }
 
 func newConfig(opts []Option) config {
@@ -38,6 +41,7 @@ func newConfig(opts []Option) config {
 		maxInFlight: DefaultMaxBodyBytesInFlight,
 		clock:       ration.SystemClock{},
 		logger:      slog.New(slog.DiscardHandler),
+		decided:     func(context.Context, Decision) {},
 	}
 	for _, o := range opts {
 		if o != nil {
@@ -143,5 +147,34 @@ func WithBoundedOverrun(maxTokens int64) Option {
 	return optionFunc(func(c *config) {
 		c.overrun = true
 		c.overrunMax = max(maxTokens, 0)
+	})
+}
+
+// Decision is what Middleware decided for a request it reserved for: see
+// WithDecisions.
+type Decision struct {
+	// Admitted reports whether the request was reserved for and passed to
+	// the handler; false: it was refused 429.
+	Admitted bool
+	// Budget is the id of the budget that refused the request: its key's
+	// KeyID, or the Key of one of its Budgets. Empty when admitted.
+	Budget string
+	// Dimension is what the refusing budget lacked.
+	Dimension spender.Dimension
+}
+
+// WithDecisions makes Middleware call f once for each request it tries
+// to reserve for, with the request's context and the decision: admitted
+// (before the handler runs), or refused 429 by a budget (before the
+// refusal is written). f runs on the request's goroutine: it must not
+// block. Requests answered before the reservation (a body too large or
+// unreadable, a negative max_tokens) and reservations that fail otherwise
+// (an invalid key or limits, an unusable limiter) are not reported: their
+// status says what happened. The default reports nothing; nil keeps it.
+func WithDecisions(f func(context.Context, Decision)) Option {
+	return optionFunc(func(c *config) {
+		if f != nil {
+			c.decided = f
+		}
 	})
 }
