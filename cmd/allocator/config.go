@@ -39,16 +39,6 @@ type config struct {
 	onCommit func() // tests: runs after every commit, before the replies go out
 }
 
-// defaultLimits are the allocator's per-connection bounds. Every call is
-// unary and small, so the write timeout can be on.
-var defaultLimits = serverlimits.Limits{
-	ReadHeader:     10 * time.Second,
-	Read:           30 * time.Second,
-	Write:          30 * time.Second,
-	Idle:           2 * time.Minute,
-	MaxHeaderBytes: 64 << 10,
-}
-
 // parseConfig reads the flags in args over the environment. With -help
 // it writes the usage to help and returns flag.ErrHelp.
 func parseConfig(args []string, getenv func(string) string, help io.Writer) (config, error) {
@@ -68,7 +58,7 @@ func parseConfig(args []string, getenv func(string) string, help io.Writer) (con
 	fs.DurationVar(&c.sessionRetention, "session-retention", time.Hour, "how long a spender's exactly-once record outlives its last call")
 	fs.DurationVar(&c.sweepInterval, "sweep-interval", 0, "how often idle keys and sessions are dropped; 0 = the lease TTL")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long to drain in-flight calls")
-	c.limits = defaultLimits
+	c.limits = serverlimits.Unary
 	c.limits.Register(fs, "; calls are unary, so every reply is due well within it")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", true, "log JSON lines (false: text)")

@@ -41,17 +41,6 @@ type config struct {
 	unixSocketMode uint
 }
 
-// defaultLimits are the sidecar's per-connection bounds: every call is
-// unary and small; a leased Reserve waits at most the slow-path deadline
-// (50 ms by default), a wait-mode one an allocator round trip.
-var defaultLimits = serverlimits.Limits{
-	ReadHeader:     10 * time.Second,
-	Read:           30 * time.Second,
-	Write:          30 * time.Second,
-	Idle:           2 * time.Minute,
-	MaxHeaderBytes: 64 << 10,
-}
-
 func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
@@ -69,7 +58,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.StringVar(&c.spenderID, "spender-id", "", "this sidecar's spender id at the allocator, unique per process (default: sidecar/HOST/PID/RANDOM)")
 	fs.DurationVar(&c.drain, "drain", 10*time.Second, "on SIGTERM, how long in-flight calls may take")
 	fs.UintVar(&c.unixSocketMode, "unix-socket-mode", 0o660, "permissions of the unix socket (-listen unix:...)")
-	c.limits = defaultLimits
+	c.limits = serverlimits.Unary
 	c.limits.Register(fs, "; calls are unary, so every reply is due well within it")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines (default: text)")

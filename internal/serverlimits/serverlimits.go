@@ -1,6 +1,6 @@
 // Package serverlimits holds the timeouts and header cap of an HTTP
 // server, the flags that set them and their application to an
-// *http.Server. The commands (cmd/allocator, cmd/gateway-demo) share it
+// *http.Server. The commands (cmd/allocator, cmd/gateway-demo, cmd/sidecar) share it
 // so that each server is bounded the same way.
 package serverlimits
 
@@ -20,6 +20,17 @@ type Limits struct {
 	Write          time.Duration // from the end of the headers to the end of the response; 0 where responses stream
 	Idle           time.Duration // a keep-alive connection between requests
 	MaxHeaderBytes int           // request line and headers
+}
+
+// Unary is the default for a server whose calls are all unary and small
+// (the allocator's lease API, the sidecar's): every reply is due well
+// within the write timeout, so it can be on.
+var Unary = Limits{
+	ReadHeader:     10 * time.Second,
+	Read:           30 * time.Second,
+	Write:          30 * time.Second,
+	Idle:           2 * time.Minute,
+	MaxHeaderBytes: 64 << 10,
 }
 
 // Register defines the flags -read-header-timeout, -read-timeout,
