@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/bucket"
 )
@@ -128,6 +129,10 @@ func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*Acq
 // acquire is Acquire returning the reply the ledger stores, which the
 // caller must not modify (the Service only reads it).
 func (l *Ledger) acquire(c Caller, keys []AcquireKey) (*AcquireReply, error) {
+	keys, err := heldLimits(l.cfg.keyLimits, keys, true, func(k *AcquireKey) (string, *ration.Limits) { return k.Key, &k.Limits })
+	if err != nil {
+		return nil, err
+	}
 	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.Acquire{Now: now, Caller: c, Keys: keys} })
 	if err != nil {
 		return nil, err
@@ -140,6 +145,10 @@ func (l *Ledger) acquire(c Caller, keys []AcquireKey) (*AcquireReply, error) {
 // adding it to the caller's holding; otherwise it reserves nothing. Errors
 // and retries as for Acquire.
 func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) (*ReserveReply, error) {
+	keys, err := heldLimits(l.cfg.keyLimits, keys, true, func(k *ReserveKey) (string, *ration.Limits) { return k.Key, &k.Limits })
+	if err != nil {
+		return nil, err
+	}
 	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.ReserveAhead{Now: now, Caller: c, Keys: keys} })
 	if err != nil {
 		return nil, err
@@ -154,6 +163,10 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 // holding of the caller's epoch and closes the epoch. Errors and retries as
 // for Acquire.
 func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*ReleaseReply, error) {
+	keys, err := heldLimits(l.cfg.keyLimits, keys, false, func(k *ReleaseKey) (string, *ration.Limits) { return k.Key, &k.Limits })
+	if err != nil {
+		return nil, err
+	}
 	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.Release{Now: now, Caller: c, Keys: keys} })
 	if err != nil {
 		return nil, err
@@ -205,4 +218,24 @@ func (l *Ledger) Close() error {
 		return l.st.close()
 	}
 	return nil
+}
+
+// heldLimits returns keys with each key's limits replaced by f's (nil f:
+// keys as they are; the caller's slice is not modified). A key f does not
+// know is an *InputError naming it if refuse is set, and otherwise gets no
+// limits (nothing is charged on it).
+func heldLimits[K any](f func(string) (ration.Limits, bool), keys []K, refuse bool, at func(*K) (string, *ration.Limits)) ([]K, error) {
+	if f == nil {
+		return keys, nil
+	}
+	out := slices.Clone(keys)
+	for i := range out {
+		name, lim := at(&out[i])
+		held, ok := f(name)
+		if !ok && refuse {
+			return nil, &InputError{Field: fmt.Sprintf("keys[%d].key", i), Reason: "not a key of the allocator's limits (-limits-file)"}
+		}
+		*lim = held
+	}
+	return out, nil
 }

@@ -760,6 +760,30 @@ func (kr *Keyring) Principal(secret string) (spenderhttp.Principal, bool) {
 	return e.p, ok
 }
 
+// Budgets returns every budget the keys define, by the id a gateway's
+// limiter leases it under (the key's id, and the ids principalOf gives its
+// tenant's, models' and per-day budgets), with its limits; an unlimited
+// budget is left out. An allocator holding these (cmd/allocator
+// -limits-file) answers every gateway's lease calls by them.
+func (kr *Keyring) Budgets() map[string]ration.Limits {
+	out := make(map[string]ration.Limits)
+	for _, e := range kr.bySecret {
+		p := e.p
+		if !p.Limits.Unlimited() {
+			out[p.KeyID] = p.Limits
+		}
+		for _, b := range p.Budgets {
+			out[b.Key] = b.Limits
+		}
+		for _, bs := range p.Models {
+			for _, b := range bs {
+				out[b.Key] = b.Limits
+			}
+		}
+	}
+	return out
+}
+
 // Len returns the number of keys.
 func (kr *Keyring) Len() int { return len(kr.ids) }
 

@@ -21,8 +21,14 @@ type holding struct {
 	epoch   uint64
 	lastSeq uint64         // the last sequence applied to this key for (spender, epoch)
 	held    ration.Amount  // counted as held; only the ledger's upper bound of the truth
-	rate    ration.Amount  // spend per minute last reported
+	rate    ration.Amount  // spend per minute last reported, at most what the key can use in a minute
 	expiry  bucket.Instant // the holding stops counting at this instant
+	use     *usage         // its spender's credential's (Quota)
+	// owed is the debt reported on this holding and not yet paid: the
+	// holding's next grants and reservations pay it first, out of the
+	// key's bucket, and it gets no refill share while it owes. What it
+	// still owes when it ends is forgiven (docs/bound.md, "Debt").
+	owed ration.Amount
 
 	// A refill share (share.go): held grows by the share's accrual, counted
 	// from shareFrom and rounded up, while it is below growTo.
@@ -42,6 +48,7 @@ type keyState struct {
 	holds     []holding      // unexpired as of the last touch (expired ones dropped lazily)
 	emptyFrom bucket.Instant // != 0: state was lost; buckets start empty at this instant
 	fresh     bool           // buckets not created yet (lim unknown)
+	owner     *usage         // the credential whose call created the key (Quota); nil: none known
 }
 
 // setLimits makes the buckets follow l: a dimension that becomes limited
@@ -191,7 +198,7 @@ func (k *keyState) anyExpired(now bucket.Instant) bool {
 
 // expire drops holdings whose expiry is at or before now.
 func (k *keyState) expire(now bucket.Instant) {
-	k.holds = slices.DeleteFunc(k.holds, func(h holding) bool { return h.expiry <= now })
+	k.dropHoldings(func(h *holding) bool { return h.expiry <= now })
 }
 
 // enforceCap keeps level + potential holdings <= capK in each dimension by
@@ -264,12 +271,13 @@ func (k *keyState) find(spender string, epoch uint64) int {
 }
 
 // holdingFor returns the index of (spender, epoch)'s holding, adding an
-// empty one expiring at now if there is none.
-func (k *keyState) holdingFor(spender string, epoch uint64, now bucket.Instant) int {
+// empty one expiring at now, counted against use, if there is none.
+func (k *keyState) holdingFor(spender string, epoch uint64, use *usage, now bucket.Instant) int {
 	if i := k.find(spender, epoch); i >= 0 {
 		return i
 	}
-	k.holds = append(k.holds, holding{spender: spender, epoch: epoch, expiry: now})
+	use.leases++
+	k.holds = append(k.holds, holding{spender: spender, epoch: epoch, expiry: now, use: use})
 	return len(k.holds) - 1
 }
 
@@ -284,11 +292,20 @@ func give(d *dim, held *int64, n int64) int64 {
 	return n
 }
 
-func charge(d *dim, n int64) {
-	if d.on && n > 0 {
-		d.b.Take(n) // advanced in touch
+// repay pays what a holding owes in d out of what d's bucket holds, as far
+// as it holds it (never into debt: a debt is its debtor's, docs/bound.md).
+func repay(d *dim, owed *int64) {
+	if !d.on || *owed <= 0 {
+		*owed = 0 // nothing to pay on an unlimited dimension
+		return
 	}
+	n := min(*owed, max(d.b.Tokens(), 0)) // advanced in touch
+	d.b.Take(n)
+	*owed -= n
 }
+
+// owe adds a reported debt to what a holding owes, at most MaxAmount.
+func owe(owed *int64, n int64) { *owed = min(satAdd(*owed, max(n, 0)), ration.MaxAmount) }
 
 func (d *dim) snapshot(free uint32) DimSnapshot {
 	if !d.on {

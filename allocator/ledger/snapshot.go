@@ -16,6 +16,7 @@ import (
 // error. A session record that fails is forgotten, and Load returns the
 // error.
 func (s *State) Load(r Record, now bucket.Instant) error {
+	s.loaded = true // what each credential keeps is counted again before the next command
 	if r.Session {
 		if r.Value == nil {
 			delete(s.sessions, r.Name)

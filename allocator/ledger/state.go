@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"maps"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ type Config struct {
 	// ProportionalShare{Headroom: DefaultShareHeadroom}.
 	SharePolicy SharePolicy
 	Retention   time.Duration // how long a session outlives its last call; raised to at least 2 TTL
+	Quota       Quota         // what one credential's calls may keep in the state; zero: no bound
 }
 
 // State is the ledger: every key's global buckets and holdings, and every
@@ -30,6 +32,8 @@ type State struct {
 	cfg      Config
 	keys     map[string]*keyState // by API key
 	sessions map[string]*session  // by spender id
+	usage    map[string]*usage    // by credential: what its calls keep (Quota)
+	loaded   bool                 // records were loaded since the last recount of usage
 
 	changed Changes // what the command being applied changed
 }
@@ -56,7 +60,7 @@ func New(cfg Config) (*State, error) {
 		cfg.SharePolicy = ProportionalShare{Headroom: DefaultShareHeadroom}
 	}
 	cfg.Retention = max(cfg.Retention, 2*cfg.TTL)
-	return &State{cfg: cfg, keys: make(map[string]*keyState), sessions: make(map[string]*session)}, nil
+	return &State{cfg: cfg, keys: make(map[string]*keyState), sessions: make(map[string]*session), usage: make(map[string]*usage)}, nil
 }
 
 // Config returns the state's configuration, with defaults applied.
@@ -114,13 +118,18 @@ func (Sweep) command()        {}
 //
 // Bad input is an error wrapping ErrInvalidArgument that names the field;
 // a stale or conflicting call is ErrStaleEpoch, ErrStaleSequence,
-// ErrSequenceReused or ErrEpochReleased. Then nothing changes. A retry of
+// ErrSequenceReused or ErrEpochReleased; a call under another credential's
+// spender id is ErrForeignSpender; one beyond its credential's Quota is a
+// *QuotaError (ErrResourceExhausted). Then nothing changes. A retry of
 // a session's latest call returns its stored reply and changes nothing.
 //
 // The reply is the state's: the caller must not modify it (a retry gets
 // the same reply).
 func (s *State) Apply(cmd Command) (reply any, changed Changes, err error) {
 	s.changed = Changes{}
+	if s.loaded {
+		s.recount()
+	}
 	switch c := cmd.(type) {
 	case Acquire:
 		reply, err = s.acquire(c)
@@ -171,40 +180,133 @@ func (s *State) markKey(name string) { s.changed.Keys = append(s.changed.Keys, n
 
 func (s *State) markSession(id string) { s.changed.Sessions = append(s.changed.Sessions, id) }
 
-// begin runs the exactly-once check. It returns the stored reply of a
-// retry (with its session), or the session to apply the call in.
-func (s *State) begin(c Caller, k callKind, d digest) (stored any, ss *session, err error) {
+// call is what the checks before a call's application (admit) look at:
+// its caller, method and body digest, and its keys for the quota: how
+// many, the name of key i, whether key i would get a new key state, and
+// whether the call takes leases (Release drops them).
+type call struct {
+	c       Caller
+	kind    callKind
+	digest  digest
+	n       int
+	name    func(i int) string
+	creates func(i int) bool
+	leases  bool
+}
+
+// callOf describes cmd for admit; false for a command without a caller.
+func callOf(cmd Command) (call, bool) {
+	switch c := cmd.(type) {
+	case Acquire:
+		return call{c: c.Caller, kind: kindAcquire, digest: digestAcquire(c.Keys), n: len(c.Keys), leases: true,
+			name:    func(i int) string { return c.Keys[i].Key },
+			creates: func(i int) bool { return !c.Keys[i].Limits.Unlimited() }}, true
+	case ReserveAhead:
+		return call{c: c.Caller, kind: kindReserve, digest: digestReserve(c.Keys), n: len(c.Keys), leases: true,
+			name:    func(i int) string { return c.Keys[i].Key },
+			creates: func(i int) bool { return !c.Keys[i].Limits.Unlimited() }}, true
+	case Release:
+		return call{c: c.Caller, kind: kindRelease, digest: digestRelease(c.Keys), n: len(c.Keys),
+			name: func(i int) string { return c.Keys[i].Key },
+			creates: func(i int) bool {
+				return c.Keys[i].Debt != (ration.Amount{}) && !c.Keys[i].Limits.Unlimited()
+			}}, true
+	}
+	return call{}, false
+}
+
+// Admit returns the error Apply would return for cmd from the checks that
+// depend on the state but not on the call's effects: a spender id of
+// another credential (ErrForeignSpender), a stale or conflicting call, a
+// call beyond its credential's Quota (*QuotaError); nil if Apply would
+// apply it or answer it from its stored reply. It changes nothing, so a
+// replicated allocator's leader refuses such calls before they take log
+// space. Input is not checked (Validate).
+func (s *State) Admit(cmd Command) error {
+	cl, ok := callOf(cmd)
+	if !ok {
+		return nil
+	}
+	if s.loaded {
+		s.recount()
+	}
+	_, _, err := s.admit(cl)
+	return err
+}
+
+// admit checks a call's right to its spender id, the exactly-once record
+// and its credential's Quota, changing nothing. It returns the stored
+// reply of a retry (with its session), or the session the call would apply
+// in (nil: a new one).
+func (s *State) admit(cl call) (stored any, ss *session, err error) {
+	c := cl.c
 	ss = s.sessions[c.SpenderID]
-	stored, err = ss.check(c, k, d)
+	if ss != nil && !ss.takes(c) {
+		return nil, nil, fmt.Errorf("allocator: spender %q: %w", c.SpenderID, ErrForeignSpender)
+	}
+	stored, err = ss.check(c, cl.kind, cl.digest)
 	if err != nil {
 		return nil, nil, fmt.Errorf("allocator: spender %q epoch %d sequence %d: %w", c.SpenderID, c.Epoch, c.Sequence, err)
 	}
 	if stored != nil {
 		return stored, ss, nil
 	}
-	if ss == nil {
-		ss = &session{id: strings.Clone(c.SpenderID)} // not the request's memory
-		s.sessions[ss.id] = ss
-	}
-	if c.Epoch > ss.epoch {
-		*ss = session{id: ss.id, epoch: c.Epoch}
+	if err := s.overQuota(c, ss, cl.n, cl.name, cl.creates, cl.leases); err != nil {
+		return nil, nil, fmt.Errorf("allocator: spender %q: %w", c.SpenderID, err)
 	}
 	return nil, ss, nil
 }
 
+// begin runs admit and returns the stored reply of a retry (with its
+// session), or the session to apply the call in, created, adopted or
+// moved to the call's epoch as needed.
+func (s *State) begin(cl call) (stored any, ss *session, err error) {
+	stored, ss, err = s.admit(cl)
+	if err != nil || stored != nil {
+		return stored, ss, err
+	}
+	c := cl.c
+	u := s.usageOf(c.Credential)
+	if ss == nil {
+		ss = &session{id: strings.Clone(c.SpenderID), use: u} // not the request's memory
+		s.sessions[ss.id] = ss
+		u.sessions++
+	} else if ss.use != u { // adopted, or taken over after its Release
+		n := answers(ss.reply)
+		ss.use.sessions--
+		ss.use.answers -= n
+		ss.use = u
+		u.sessions++
+		u.answers += n
+	}
+	if c.Epoch > ss.epoch {
+		s.setReply(ss, nil)
+		*ss = session{id: ss.id, use: ss.use, epoch: c.Epoch}
+	}
+	return nil, ss, nil
+}
+
+// setReply makes reply ss's stored reply, counting its key answers
+// against ss's credential.
+func (s *State) setReply(ss *session, reply any) {
+	ss.use.answers += answers(reply) - answers(ss.reply)
+	ss.reply = reply
+}
+
 // finish records the applied call in its session.
-func (s *State) finish(ss *session, c Caller, k callKind, d digest, reply any, now bucket.Instant) {
-	ss.seq, ss.kind, ss.digest, ss.reply, ss.seen = c.Sequence, k, d, reply, now
+func (s *State) finish(ss *session, cl call, reply any, now bucket.Instant) {
+	s.setReply(ss, reply)
+	ss.seq, ss.kind, ss.digest, ss.seen = cl.c.Sequence, cl.kind, cl.digest, now
 	ss.noSnapshots = false
 	s.markSession(ss.id)
 }
 
 func (s *State) acquire(c Acquire) (*AcquireReply, error) {
-	if err := validateAcquire(c.Caller, c.Keys); err != nil {
+	if err := Validate(c); err != nil {
 		return nil, err
 	}
-	d := digestAcquire(c.Keys)
-	stored, ss, err := s.begin(c.Caller, kindAcquire, d)
+	cl, _ := callOf(c)
+	stored, ss, err := s.begin(cl)
 	if err != nil {
 		return nil, err
 	}
@@ -218,18 +320,18 @@ func (s *State) acquire(c Acquire) (*AcquireReply, error) {
 	reply := &AcquireReply{Keys: make([]AcquireResult, len(c.Keys)), LeaseTTL: s.cfg.TTL}
 	s.changed.Keys = make([]string, 0, len(c.Keys))
 	for i := range c.Keys {
-		reply.Keys[i] = s.acquireKey(&c.Keys[i], ss.id, c.Caller, c.Now)
+		reply.Keys[i] = s.acquireKey(&c.Keys[i], ss, c.Caller, c.Now)
 	}
-	s.finish(ss, c.Caller, kindAcquire, d, reply, c.Now)
+	s.finish(ss, cl, reply, c.Now)
 	return reply, nil
 }
 
 func (s *State) reserve(c ReserveAhead) (*ReserveReply, error) {
-	if err := validateReserve(c.Caller, c.Keys); err != nil {
+	if err := Validate(c); err != nil {
 		return nil, err
 	}
-	d := digestReserve(c.Keys)
-	stored, ss, err := s.begin(c.Caller, kindReserve, d)
+	cl, _ := callOf(c)
+	stored, ss, err := s.begin(cl)
 	if err != nil {
 		return nil, err
 	}
@@ -243,18 +345,18 @@ func (s *State) reserve(c ReserveAhead) (*ReserveReply, error) {
 	reply := &ReserveReply{Keys: make([]ReserveResult, len(c.Keys)), LeaseTTL: s.cfg.TTL}
 	s.changed.Keys = make([]string, 0, len(c.Keys))
 	for i := range c.Keys {
-		reply.Keys[i] = s.reserveKey(&c.Keys[i], ss.id, c.Caller, c.Now)
+		reply.Keys[i] = s.reserveKey(&c.Keys[i], ss, c.Caller, c.Now)
 	}
-	s.finish(ss, c.Caller, kindReserve, d, reply, c.Now)
+	s.finish(ss, cl, reply, c.Now)
 	return reply, nil
 }
 
 func (s *State) release(c Release) (*ReleaseReply, error) {
-	if err := validateRelease(c.Caller, c.Keys); err != nil {
+	if err := Validate(c); err != nil {
 		return nil, err
 	}
-	d := digestRelease(c.Keys)
-	stored, ss, err := s.begin(c.Caller, kindRelease, d)
+	cl, _ := callOf(c)
+	stored, ss, err := s.begin(cl)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +367,7 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 	changed := make(map[string]bool)
 	for i := range c.Keys {
 		var ok bool
-		reply.Returned[i], ok = s.releaseKey(&c.Keys[i], c.Caller, c.Now)
+		reply.Returned[i], ok = s.releaseKey(&c.Keys[i], ss, c.Caller, c.Now)
 		changed[c.Keys[i].Key] = changed[c.Keys[i].Key] || ok
 	}
 	for name, ks := range s.keys {
@@ -275,9 +377,9 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 		// Brought to now first: until now the holding's share took its
 		// part of the refill, which the bucket must not get back.
 		ks.touch(c.Now, s.cfg.TTL, s.cfg.Strict)
-		if i := ks.find(c.Caller.SpenderID, c.Caller.Epoch); i >= 0 {
-			ks.holds = slices.Delete(ks.holds, i, i+1)
-		}
+		// What it still owes is forgiven (releaseKey paid what the bucket
+		// held of a listed key's).
+		ks.dropHoldings(func(h *holding) bool { return h.epoch == c.Caller.Epoch && h.spender == c.Caller.SpenderID })
 		changed[name] = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(changed)) {
@@ -286,7 +388,7 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 		}
 	}
 	ss.released = true
-	s.finish(ss, c.Caller, kindRelease, d, reply, c.Now)
+	s.finish(ss, cl, reply, c.Now)
 	return reply, nil
 }
 
@@ -304,7 +406,7 @@ func (s *State) sweep(now bucket.Instant) *SweepReply {
 		}
 		switch {
 		case ks.idle(now):
-			delete(s.keys, name)
+			s.dropKey(name, ks)
 			dropped = append(dropped, name)
 		case expired:
 			touched = append(touched, name)
@@ -314,6 +416,8 @@ func (s *State) sweep(now bucket.Instant) *SweepReply {
 	var gone []string
 	for id, ss := range s.sessions {
 		if ss.seen < horizon {
+			s.setReply(ss, nil)
+			ss.use.sessions--
 			delete(s.sessions, id)
 			gone = append(gone, id)
 		}
@@ -330,25 +434,40 @@ func (s *State) sweep(now bucket.Instant) *SweepReply {
 }
 
 // keyFor returns name's state following lim, creating it (full, or empty
-// if its state was lost) as needed, and marks it changed; nil if lim
-// leaves the key unlimited (its state, if any, is dropped).
-func (s *State) keyFor(name string, lim ration.Limits, now bucket.Instant) *keyState {
+// if its state was lost; owned by use) as needed, and marks it changed;
+// nil if lim leaves the key unlimited (its state, if any, is dropped).
+func (s *State) keyFor(name string, lim ration.Limits, use *usage, now bucket.Instant) *keyState {
 	ks := s.keys[name]
 	if lim.Unlimited() {
 		if ks != nil {
-			delete(s.keys, name)
+			s.dropKey(name, ks)
 			s.markKey(name)
 		}
 		return nil
 	}
 	if ks == nil {
-		name = strings.Clone(name) // not the request's memory
-		ks = &keyState{fresh: true}
-		s.keys[name] = ks
+		ks = s.newKey(name, use)
 	}
 	s.follow(ks, lim, now)
 	s.markKey(name)
 	return ks
+}
+
+// newKey adds name's state, fresh (limits unknown), owned by use.
+func (s *State) newKey(name string, use *usage) *keyState {
+	ks := &keyState{fresh: true, owner: use}
+	use.keys++
+	s.keys[strings.Clone(name)] = ks // not the request's memory
+	return ks
+}
+
+// dropKey removes name's state, uncounting it and its holdings.
+func (s *State) dropKey(name string, ks *keyState) {
+	ks.dropHoldings(func(*holding) bool { return true })
+	if ks.owner != nil {
+		ks.owner.keys--
+	}
+	delete(s.keys, name)
 }
 
 // follow makes ks follow lim at now. A key whose limits change is first
@@ -408,15 +527,14 @@ func (s *State) snapshotAt(name string, lim ration.Limits, now bucket.Instant) S
 	return k.snapshot()
 }
 
-// acquireKey applies one key of an Acquire call for spender (the
-// session's copy of the caller's id).
-func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.Instant) AcquireResult {
-	ks := s.keyFor(k.Key, k.Limits, now)
+// acquireKey applies one key of an Acquire call in session ss.
+func (s *State) acquireKey(k *AcquireKey, ss *session, c Caller, now bucket.Instant) AcquireResult {
+	ks := s.keyFor(k.Key, k.Limits, ss.use, now)
 	if ks == nil {
 		return AcquireResult{Status: StatusOK, Granted: k.Want}
 	}
 	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
-	hi := ks.holdingFor(spender, c.Epoch, now)
+	hi := ks.holdingFor(ss.id, c.Epoch, ss.use, now)
 	h := &ks.holds[hi]
 	if h.lastSeq >= c.Sequence {
 		// Applied before a lost session record: change nothing more.
@@ -426,31 +544,67 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 	out.Returned.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
 	out.Returned.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
 	h.held = h.held.Min(k.Held)
-	charge(&ks.req, k.Debt.Requests)
-	charge(&ks.tok, k.Debt.Tokens)
-	h.rate, h.lastSeq = k.SpendRate, c.Sequence
+	ks.payDebt(h, k.Debt)
+	h.rate, h.lastSeq = ks.usable(k.SpendRate), c.Sequence
 	h.expiry = max(h.expiry, now.Add(s.cfg.TTL))
 
 	switch {
 	case !fits(&ks.req, k.Need.Requests) || !fits(&ks.tok, k.Need.Tokens):
 		out.Status = StatusTooLarge
 	default:
+		// A need is covered once what the holding still owes is paid too.
+		need := ration.Amount{Requests: withOwed(k.Need.Requests, h.owed.Requests), Tokens: withOwed(k.Need.Tokens, h.owed.Tokens)}
 		free := ks.freeShare()
-		w := max(wait(&ks.req, k.Need.Requests, free.Requests, now), wait(&ks.tok, k.Need.Tokens, free.Tokens, now))
+		w := max(wait(&ks.req, need.Requests, free.Requests, now), wait(&ks.tok, need.Tokens, free.Tokens, now))
 		if w > 0 {
 			out.Status, out.RetryAfter = StatusNotCovered, min(w, s.sharedWait(free))
 			break
 		}
 		out.Status = StatusOK
 		active, rates := len(ks.holds), ks.rateSum()
-		out.Granted.Requests = s.grant(&ks.req, &h.held.Requests, k.Want.Requests, k.Need.Requests, k.SpendRate.Requests, rates.Requests, active)
-		out.Granted.Tokens = s.grant(&ks.tok, &h.held.Tokens, k.Want.Tokens, k.Need.Tokens, k.SpendRate.Tokens, rates.Tokens, active)
+		out.Granted.Requests = s.grant(&ks.req, &h.held.Requests, k.Want.Requests, k.Need.Requests, h.rate.Requests, rates.Requests, active)
+		out.Granted.Tokens = s.grant(&ks.tok, &h.held.Tokens, k.Want.Tokens, k.Need.Tokens, h.rate.Tokens, rates.Tokens, active)
 	}
 	out.Share, out.ShareBurst, out.ShareFair = s.shareKey(ks, hi, k, now)
 	out.Held = h.held
 	out.Snapshot = ks.snapshot()
 	out.ActiveSpenders = len(ks.holds)
 	return out
+}
+
+// payDebt adds a reported debt to what holding h owes and pays what the
+// key's buckets hold of it (docs/bound.md, "Debt").
+func (k *keyState) payDebt(h *holding, debt ration.Amount) {
+	owe(&h.owed.Requests, debt.Requests)
+	owe(&h.owed.Tokens, debt.Tokens)
+	repay(&k.req, &h.owed.Requests)
+	repay(&k.tok, &h.owed.Tokens)
+}
+
+// usable is a reported spend rate per minute, at most what the key can
+// admit in a minute in each dimension: its capacity and a minute's refill.
+func (k *keyState) usable(rate ration.Amount) ration.Amount {
+	perMinute := func(d *dim, r int64) int64 {
+		if !d.on {
+			return r
+		}
+		lim := d.b.Limit()
+		// Refill <= MaxRate and Period >= 1 s: the quotient is at most
+		// 60 MaxRate, and the division cannot overflow.
+		hi, lo := bits.Mul64(uint64(lim.Refill), uint64(time.Minute))
+		refill, _ := bits.Div64(hi, lo, uint64(lim.Period))
+		return min(r, lim.Capacity+int64(refill))
+	}
+	return ration.Amount{Requests: perMinute(&k.req, rate.Requests), Tokens: perMinute(&k.tok, rate.Tokens)}
+}
+
+// withOwed is a need with what the holding owes on top; 0 (anything
+// helps) stays 0.
+func withOwed(need, owed int64) int64 {
+	if need <= 0 {
+		return need
+	}
+	return satAdd(need, owed)
 }
 
 func fits(d *dim, n int64) bool { return !d.on || d.b.Fits(n) }
@@ -499,13 +653,13 @@ func (s *State) grant(d *dim, held *int64, want, need, rate, rateSum int64, acti
 	return g
 }
 
-func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.Instant) ReserveResult {
-	ks := s.keyFor(k.Key, k.Limits, now)
+func (s *State) reserveKey(k *ReserveKey, ss *session, c Caller, now bucket.Instant) ReserveResult {
+	ks := s.keyFor(k.Key, k.Limits, ss.use, now)
 	if ks == nil {
 		return ReserveResult{Status: StatusOK}
 	}
 	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
-	h := &ks.holds[ks.holdingFor(spender, c.Epoch, now)]
+	h := &ks.holds[ks.holdingFor(ss.id, c.Epoch, ss.use, now)]
 	var out ReserveResult
 	switch {
 	case h.lastSeq >= c.Sequence:
@@ -515,8 +669,12 @@ func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.I
 	case !fits(&ks.req, k.Cost.Requests) || !fits(&ks.tok, k.Cost.Tokens):
 		out.Status = StatusTooLarge
 	default:
+		// What the holding owes is paid first: the reservation waits for
+		// it too, and takes it with the cost.
+		ks.payDebt(h, ration.Amount{})
+		take := k.Cost.Add(h.owed)
 		free := ks.freeShare()
-		w := max(wait(&ks.req, k.Cost.Requests, free.Requests, now), wait(&ks.tok, k.Cost.Tokens, free.Tokens, now))
+		w := max(wait(&ks.req, take.Requests, free.Requests, now), wait(&ks.tok, take.Tokens, free.Tokens, now))
 		if w > 0 && s.cfg.Strict {
 			// A reservation that waits is paid by refill still to come, but
 			// the strict cap (level + holdings <= C) burns refill while the
@@ -537,19 +695,20 @@ func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.I
 		// the growth limit moves with it (the spender's own accrual limit
 		// does not count reservations made ahead).
 		if ks.req.on {
-			ks.req.b.Take(k.Cost.Requests)
+			ks.req.b.Take(take.Requests)
 			h.held.Requests += k.Cost.Requests
 			if h.growTo.Requests > 0 {
 				h.growTo.Requests += k.Cost.Requests
 			}
 		}
 		if ks.tok.on {
-			ks.tok.b.Take(k.Cost.Tokens)
+			ks.tok.b.Take(take.Tokens)
 			h.held.Tokens += k.Cost.Tokens
 			if h.growTo.Tokens > 0 {
 				h.growTo.Tokens += k.Cost.Tokens
 			}
 		}
+		h.owed = ration.Amount{}
 		h.lastSeq = c.Sequence
 		h.expiry = max(h.expiry, now.Add(w+s.cfg.TTL))
 	}
@@ -563,16 +722,17 @@ func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.I
 	return out
 }
 
-// releaseKey credits one listed key's return and charges its debt. It
-// reports what was credited and whether the key's state changed.
-func (s *State) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant) (ration.Amount, bool) {
+// releaseKey credits one listed key's return and pays what the holding
+// owes, its debt included, as far as the key's buckets hold it (the rest
+// is forgiven when release drops the holding). It reports what was
+// credited and whether the key's state changed.
+func (s *State) releaseKey(k *ReleaseKey, ss *session, c Caller, now bucket.Instant) (ration.Amount, bool) {
 	ks := s.keys[k.Key]
 	if ks == nil {
 		if k.Debt == (ration.Amount{}) || k.Limits.Unlimited() {
 			return ration.Amount{}, false
 		}
-		ks = &keyState{fresh: true}
-		s.keys[strings.Clone(k.Key)] = ks
+		ks = s.newKey(k.Key, ss.use)
 	}
 	if !k.Limits.Unlimited() {
 		s.follow(ks, k.Limits, now)
@@ -583,9 +743,11 @@ func (s *State) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant) (ration.
 		h := &ks.holds[i]
 		out.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
 		out.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
+		ks.payDebt(h, k.Debt)
+	} else {
+		var none holding
+		ks.payDebt(&none, k.Debt)
 	}
-	charge(&ks.req, k.Debt.Requests)
-	charge(&ks.tok, k.Debt.Tokens)
 	return out, true
 }
 

@@ -1,0 +1,349 @@
+package ledger
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/bucket"
+)
+
+// The rules that keep one caller from changing what another is granted
+// (docs/bound.md, "Rules for callers"), each checked against a caller that
+// breaks it.
+
+var t0 = InstantOf(time.Unix(1_800_000_000, 0))
+
+func mustState(t *testing.T, cfg Config) *State {
+	t.Helper()
+	if cfg.TTL == 0 {
+		cfg.TTL = 10 * time.Second
+	}
+	st, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// acquire applies an Acquire of keys for c at now.
+func acquire(st *State, now bucket.Instant, c Caller, keys ...AcquireKey) (*AcquireReply, error) {
+	r, _, err := st.Apply(Acquire{Now: now, Caller: c, Keys: keys})
+	if err != nil {
+		return nil, err
+	}
+	return r.(*AcquireReply), nil
+}
+
+func mustAcquire(t *testing.T, st *State, now bucket.Instant, c Caller, keys ...AcquireKey) *AcquireReply {
+	t.Helper()
+	r, err := acquire(st, now, c, keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// unchanged applies cmd, which must fail with want, and checks that the
+// state is byte for byte what it was.
+func unchanged(t *testing.T, st *State, cmd Command, want error) {
+	t.Helper()
+	before := st.Snapshot()
+	_, ch, err := st.Apply(cmd)
+	if !errors.Is(err, want) {
+		t.Fatalf("%T = %v, want %v", cmd, err, want)
+	}
+	if !ch.Empty() || !bytes.Equal(before, st.Snapshot()) {
+		t.Fatalf("%T refused with %v changed the state", cmd, err)
+	}
+}
+
+// TestSpenderIDBelongsToItsCredential: a call under a spender id whose
+// session another credential created is refused, whatever its epoch, and
+// changes nothing; once the owner releases its epoch, another credential
+// may start a later one under the id; a session from before credentials
+// (none recorded) is adopted by the first call that names one.
+func TestSpenderIDBelongsToItsCredential(t *testing.T) {
+	st := mustState(t, Config{})
+	lim := ration.Limits{RPM: 60}
+	k := AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 10}}
+	owner := Caller{SpenderID: "gw-1", Epoch: 5, Sequence: 1, Credential: "aaaa"}
+	mustAcquire(t, st, t0, owner, k)
+	for _, c := range []Caller{
+		{SpenderID: "gw-1", Epoch: 5, Sequence: 2, Credential: "bbbb"},
+		{SpenderID: "gw-1", Epoch: math.MaxUint64 / 4, Sequence: 1, Credential: "bbbb"}, // within the epoch bound at t0? no matter: refused first or as input
+		{SpenderID: "gw-1", Epoch: 6, Sequence: 1, Credential: "bbbb"},
+		{SpenderID: "gw-1", Epoch: 6, Sequence: 1, Credential: ""},
+	} {
+		if c.Epoch > maxEpoch(t0) {
+			unchanged(t, st, Acquire{Now: t0, Caller: c, Keys: []AcquireKey{k}}, ErrInvalidArgument)
+			continue
+		}
+		unchanged(t, st, Acquire{Now: t0, Caller: c, Keys: []AcquireKey{k}}, ErrForeignSpender)
+		unchanged(t, st, Release{Now: t0, Caller: c}, ErrForeignSpender)
+	}
+	// The owner carries on.
+	if r := mustAcquire(t, st, t0+1, Caller{SpenderID: "gw-1", Epoch: 5, Sequence: 2, Credential: "aaaa"}, k); r.Keys[0].Held.Requests == 0 {
+		t.Fatalf("owner's holding lost: %+v", r.Keys[0])
+	}
+	// Released, the id may go to another credential in a later epoch.
+	if _, _, err := st.Apply(Release{Now: t0 + 2, Caller: Caller{SpenderID: "gw-1", Epoch: 5, Sequence: 3, Credential: "aaaa"}}); err != nil {
+		t.Fatal(err)
+	}
+	unchanged(t, st, Acquire{Now: t0 + 3, Caller: Caller{SpenderID: "gw-1", Epoch: 5, Sequence: 4, Credential: "bbbb"}, Keys: []AcquireKey{k}}, ErrForeignSpender)
+	mustAcquire(t, st, t0+3, Caller{SpenderID: "gw-1", Epoch: 6, Sequence: 1, Credential: "bbbb"}, k)
+	unchanged(t, st, Acquire{Now: t0 + 4, Caller: Caller{SpenderID: "gw-1", Epoch: 7, Sequence: 1, Credential: "aaaa"}, Keys: []AcquireKey{k}}, ErrForeignSpender)
+
+	// A session recorded without a credential is adopted.
+	old := mustState(t, Config{})
+	mustAcquire(t, old, t0, Caller{SpenderID: "gw-2", Epoch: 1, Sequence: 1}, k)
+	mustAcquire(t, old, t0+1, Caller{SpenderID: "gw-2", Epoch: 1, Sequence: 2, Credential: "cccc"}, k)
+	unchanged(t, old, Acquire{Now: t0 + 2, Caller: Caller{SpenderID: "gw-2", Epoch: 1, Sequence: 3}, Keys: []AcquireKey{k}}, ErrForeignSpender)
+
+	// The binding survives a restore.
+	re, err := Restore(st.Config(), st.Snapshot(), t0+5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unchanged(t, re, Acquire{Now: t0 + 5, Caller: Caller{SpenderID: "gw-1", Epoch: 8, Sequence: 1, Credential: "aaaa"}, Keys: []AcquireKey{k}}, ErrForeignSpender)
+}
+
+// TestEpochWithinADayOfTheClock: an epoch more than MaxEpochAhead past the
+// allocator's clock (in nanoseconds since the Unix epoch) is refused as
+// input, so that no call can push a spender id's epoch where its next
+// incarnation cannot follow; one at the bound is taken, and its successor,
+// one above it, is taken a moment later.
+func TestEpochWithinADayOfTheClock(t *testing.T) {
+	st := mustState(t, Config{})
+	k := AcquireKey{Key: "k", Limits: ration.Limits{RPM: 60}}
+	limit := uint64(t0)*1000 + uint64(ration.MaxEpochAhead)
+	for _, e := range []uint64{limit + 1, math.MaxUint64, math.MaxInt64} {
+		cmd := Acquire{Now: t0, Caller: Caller{SpenderID: "gw", Epoch: e, Sequence: 1}, Keys: []AcquireKey{k}}
+		unchanged(t, st, cmd, ErrInvalidArgument)
+		var ie *InputError
+		if _, _, err := st.Apply(cmd); !errors.As(err, &ie) || ie.Field != "caller.epoch" {
+			t.Fatalf("epoch %d: %v, want an InputError on caller.epoch", e, err)
+		}
+		if Validate(cmd) == nil {
+			t.Fatalf("Validate accepted epoch %d", e)
+		}
+	}
+	mustAcquire(t, st, t0, Caller{SpenderID: "gw", Epoch: limit, Sequence: 1}, k)
+	mustAcquire(t, st, t0+1, Caller{SpenderID: "gw", Epoch: limit + 1, Sequence: 1}, k)
+}
+
+// TestDebtIsPaidByItsDebtor: a debt is charged to the holding that
+// reported it, paid from the key's bucket only as far as the bucket holds
+// it, never into debt. A debt of 2^50 on a key leaves every other
+// spender's refill share as it was and the key's level at or above zero
+// (so shares go on being granted); its debtor gets nothing until it is
+// paid, no share, and a NOT_COVERED wait that counts it. What a caller
+// can take from the bucket by a debt it could take by a need (docs/bound.md).
+// A lone spender's overrun is paid as before: its next request waits off
+// the debt.
+func TestDebtIsPaidByItsDebtor(t *testing.T) {
+	lim := ration.Limits{RPM: 600, TPM: 60_000}
+	honest := Caller{SpenderID: "honest", Epoch: 1, Credential: "h"}
+	hostile := Caller{SpenderID: "hostile", Epoch: 1, Credential: "x"}
+	call := func(c *Caller) Caller { c.Sequence++; return *c }
+	demand := ration.Amount{Requests: 300, Tokens: 30_000} // half the rate
+
+	run := func(attack bool) (shares []ration.Share) {
+		st := mustState(t, Config{})
+		h, x := honest, hostile
+		now := t0
+		mustAcquire(t, st, now, call(&h), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 50, Tokens: 5000}, Demand: demand})
+		now += 1_000_000
+		for range 5 {
+			// The other spender holds a lease on the key either way;
+			// attacking, it owes 2^50 and asks for a share and a grant.
+			if !attack {
+				mustAcquire(t, st, now, call(&x), AcquireKey{Key: "k", Limits: lim})
+			} else {
+				r := mustAcquire(t, st, now, call(&x), AcquireKey{Key: "k", Limits: lim, Debt: ration.Amount{Requests: ration.MaxAmount, Tokens: ration.MaxAmount},
+					Need: ration.Amount{Requests: 1, Tokens: 1}, Demand: ration.Amount{Requests: ration.MaxAmount, Tokens: ration.MaxAmount}})
+				if g := r.Keys[0]; g.Status != StatusNotCovered || g.Granted != (ration.Amount{}) || !g.Share.Zero() || g.RetryAfter <= 0 {
+					t.Fatalf("the debtor got %+v; want NOT_COVERED, nothing granted, no share", g)
+				}
+			}
+			for _, d := range []*dim{&st.keys["k"].req, &st.keys["k"].tok} {
+				if level, _ := d.b.Level(); level < 0 {
+					t.Fatalf("attack %v: the key's level went below zero (%d)", attack, level)
+				}
+			}
+			now += 1_000_000
+			r := mustAcquire(t, st, now, call(&h), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 20, Tokens: 2000}, Demand: demand})
+			if g := r.Keys[0]; g.Status != StatusOK {
+				t.Fatalf("attack %v: the honest spender got %+v", attack, g)
+			}
+			shares = append(shares, r.Keys[0].Share)
+			now += 2_000_000
+		}
+		return shares
+	}
+	s0, s1 := run(false), run(true)
+	if fmt.Sprint(s0) != fmt.Sprint(s1) || s0[len(s0)-1].Requests < 500_000 {
+		t.Fatalf("a debt on another holding changed the honest spender's shares %v -> %v", s0, s1)
+	}
+
+	// A lone spender: the overrun is paid from what the bucket holds, the
+	// rest before its next grant.
+	st := mustState(t, Config{})
+	c := Caller{SpenderID: "solo", Epoch: 1}
+	lim = ration.Limits{RPM: 60}
+	mustAcquire(t, st, t0, call(&c), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 50}})
+	r := mustAcquire(t, st, t0, call(&c), AcquireKey{Key: "k", Limits: lim, Held: ration.Amount{Requests: 50}, Debt: ration.Amount{Requests: 30},
+		Need: ration.Amount{Requests: 1}})
+	// 10 left in the bucket pay 10 of 30: 20 owed, plus the 1 needed, at 1/s.
+	if g := r.Keys[0]; g.Status != StatusNotCovered || g.RetryAfter != 21*time.Second || g.Snapshot.Requests.Remaining != 0 {
+		t.Fatalf("lone debtor: %+v, want NOT_COVERED for 21 s with the bucket empty", g)
+	}
+	r = mustAcquire(t, st, t0+21_000_000, call(&c), AcquireKey{Key: "k", Limits: lim, Held: ration.Amount{Requests: 50}, Need: ration.Amount{Requests: 1}})
+	if g := r.Keys[0]; g.Status != StatusOK || g.Granted.Requests != 1 {
+		t.Fatalf("after the debt's wait: %+v, want the need granted", g)
+	}
+}
+
+// TestSpendRateIsWhatTheKeyCanUse: a reported spend rate counts at most
+// what the key can admit in a minute (its capacity and a minute's refill),
+// so a caller claiming 2^50 per minute weighs like one spending the whole
+// limit in the lease policy's proportional split.
+func TestSpendRateIsWhatTheKeyCanUse(t *testing.T) {
+	var seen []Demand
+	st := mustState(t, Config{Policy: PolicyFunc(func(d Demand) int64 { seen = append(seen, d); return d.Want })})
+	lim := ration.Limits{RPM: 60, BurstRequests: 90, TPM: 86_400, Window: 24 * time.Hour}
+	mustAcquire(t, st, t0, Caller{SpenderID: "x", Epoch: 1, Sequence: 1}, AcquireKey{Key: "k", Limits: lim,
+		Want: ration.Amount{Requests: 1, Tokens: 1}, SpendRate: ration.Amount{Requests: ration.MaxAmount, Tokens: ration.MaxAmount}})
+	// Requests: 90 + 60*60/86400 per minute... a day's window: refill 60 a day is 0 a minute (rounded down).
+	if len(seen) != 2 || seen[0].Rate != 90 || seen[0].RateSum != 90 || seen[1].Rate != 86_400+60 {
+		t.Fatalf("policy saw %+v", seen)
+	}
+}
+
+// TestDemandCountsPerCredential: across credentials, each credential's
+// demands together count at most its max-min part of the rate, so a
+// caller claiming 2^50 per minute takes no more than what the honest
+// demand leaves; within one credential, demands split the rate in
+// proportion, as before.
+func TestDemandCountsPerCredential(t *testing.T) {
+	lim := ration.Limits{RPM: 6000}
+	key := func(d int64) AcquireKey {
+		return AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 1}, Demand: ration.Amount{Requests: d}}
+	}
+	for _, tt := range []struct {
+		name          string
+		honest        int64 // per minute
+		hostileCred   string
+		wantAtLeast   uint32 // the honest share after it renews, millionths
+		wantHostileAt uint32 // the hostile share is at most this
+	}{
+		{"half the rate beside a flood", 3000, "x", 500_000, 500_000},
+		{"a fifth beside a flood", 1200, "x", 200_000, 800_000},
+		// One credential: the proportional split of the demands as sent.
+		{"one credential", 3000, "h", 0, ration.ShareUnit},
+	} {
+		st := mustState(t, Config{})
+		h := Caller{SpenderID: "honest", Epoch: 1, Sequence: 1, Credential: "h"}
+		x := Caller{SpenderID: "hostile", Epoch: 1, Sequence: 1, Credential: tt.hostileCred}
+		mustAcquire(t, st, t0, h, key(tt.honest))
+		rx := mustAcquire(t, st, t0+1000, x, key(ration.MaxAmount))
+		h.Sequence++
+		rh := mustAcquire(t, st, t0+2000, h, key(tt.honest))
+		if got := rh.Keys[0].Share.Requests; got < tt.wantAtLeast {
+			t.Errorf("%s: honest share %d, want at least %d", tt.name, got, tt.wantAtLeast)
+		}
+		if got := rx.Keys[0].Share.Requests; got > tt.wantHostileAt {
+			t.Errorf("%s: hostile share %d, want at most %d", tt.name, got, tt.wantHostileAt)
+		}
+		if tt.hostileCred == "h" && rh.Keys[0].ShareFair.Requests > 1000 {
+			t.Errorf("%s: within a credential a flood's proportional split should leave the honest demand almost nothing, got fair %d", tt.name, rh.Keys[0].ShareFair.Requests)
+		}
+	}
+}
+
+// TestQuotaPerCredential: a call that would take its credential beyond
+// its quota of sessions, keys, leases or stored answers is refused with a
+// *QuotaError and changes nothing; another credential's calls go on; what
+// the credential keeps is counted again, the same, after a restore.
+func TestQuotaPerCredential(t *testing.T) {
+	lim := ration.Limits{RPM: 60}
+	keys := func(prefix string, n int) []AcquireKey {
+		out := make([]AcquireKey, n)
+		for i := range out {
+			out[i] = AcquireKey{Key: prefix + string(rune('a'+i)), Limits: lim, Want: ration.Amount{Requests: 1}}
+		}
+		return out
+	}
+	quota := Quota{Sessions: 2, Keys: 6}
+	st := mustState(t, Config{Quota: quota})
+	flood := func(id string, seq uint64) Caller {
+		return Caller{SpenderID: id, Epoch: 1, Sequence: seq, Credential: "flood"}
+	}
+	mustAcquire(t, st, t0, Caller{SpenderID: "other", Epoch: 1, Sequence: 1, Credential: "other"}, keys("z", 4)...)
+	mustAcquire(t, st, t0, flood("f1", 1), keys("a", 3)...)
+	mustAcquire(t, st, t0, flood("f1", 2), keys("b", 2)...) // keys 5, leases 5, answers 2
+	var qe *QuotaError
+	for _, tt := range []struct {
+		cmd  Command
+		what string
+	}{
+		{Acquire{Now: t0, Caller: flood("f1", 3), Keys: keys("c", 2)}, "keys"},
+		{Acquire{Now: t0, Caller: flood("f1", 3), Keys: keys("z", 2)}, "leases"},
+		{Acquire{Now: t0, Caller: flood("f2", 1), Keys: append(keys("a", 3), keys("b", 2)...)}, "stored answers"},
+		{ReserveAhead{Now: t0, Caller: flood("f1", 3), Keys: []ReserveKey{{Key: "ra", Limits: lim}, {Key: "rb", Limits: lim}}}, "keys"},
+	} {
+		unchanged(t, st, tt.cmd, ErrResourceExhausted)
+		if _, _, err := st.Apply(tt.cmd); !errors.As(err, &qe) || qe.What != tt.what || qe.Limit != quota.Keys {
+			t.Fatalf("%+v: %v, want the %s quota", tt.cmd, err, tt.what)
+		}
+		if err := st.Admit(tt.cmd); !errors.Is(err, ErrResourceExhausted) {
+			t.Fatalf("Admit(%+v) = %v", tt.cmd, err)
+		}
+	}
+	mustAcquire(t, st, t0, flood("f2", 1), keys("z", 1)...)
+	unchanged(t, st, Acquire{Now: t0, Caller: flood("f3", 1), Keys: keys("a", 1)}, ErrResourceExhausted)
+	if _, _, err := st.Apply(Acquire{Now: t0, Caller: flood("f3", 1), Keys: keys("a", 1)}); !errors.As(err, &qe) || qe.What != "sessions" {
+		t.Fatalf("third session: %v", err)
+	}
+	// A retry is answered from its record whatever the quota.
+	if _, err := acquire(st, t0, flood("f1", 2), keys("b", 2)...); err != nil {
+		t.Fatalf("retry refused: %v", err)
+	}
+	// Another credential is not affected.
+	mustAcquire(t, st, t0, Caller{SpenderID: "other", Epoch: 1, Sequence: 2, Credential: "other"}, keys("y", 2)...)
+
+	want := usageOfAll(st)
+	re, err := Restore(st.Config(), st.Snapshot(), t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re.recount()
+	if got := usageOfAll(re); got != want {
+		t.Fatalf("usage after a restore %v, want %v", got, want)
+	}
+	// Expired leases and idle keys free the quota.
+	if _, _, err := st.Apply(Sweep{Now: t0 + 3_600_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if got := usageOfAll(st); got != "" {
+		t.Fatalf("usage after everything expired: %v", got)
+	}
+}
+
+// usageOfAll renders every credential's nonzero usage, sorted.
+func usageOfAll(st *State) string {
+	var out []byte
+	for _, cred := range []string{"", "flood", "other"} {
+		u := st.usage[cred]
+		if u == nil || *u == (usage{cred: cred}) {
+			continue
+		}
+		out = append(out, []byte(cred+":")...)
+		out = append(out, []byte(string(rune('0'+u.sessions))+"/"+string(rune('0'+u.keys))+"/"+string(rune('0'+u.leases))+"/"+string(rune('0'+u.answers))+" ")...)
+	}
+	return string(out)
+}
