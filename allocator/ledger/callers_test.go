@@ -136,75 +136,64 @@ func TestEpochWithinADayOfTheClock(t *testing.T) {
 	mustAcquire(t, st, t0+1, Caller{SpenderID: "gw", Epoch: limit + 1, Sequence: 1}, k)
 }
 
-// TestDebtIsPaidByItsDebtor: a debt is charged to the holding that
-// reported it, paid from the key's bucket only as far as the bucket holds
-// it, never into debt. A debt of 2^50 on a key leaves every other
-// spender's refill share as it was and the key's level at or above zero
-// (so shares go on being granted); its debtor gets nothing until it is
-// paid, no share, and a NOT_COVERED wait that counts it. What a caller
-// can take from the bucket by a debt it could take by a need (docs/bound.md).
-// A lone spender's overrun is paid as before: its next request waits off
-// the debt.
-func TestDebtIsPaidByItsDebtor(t *testing.T) {
+// TestDebtStopsOnlyItsDebtorsShare: a debt is charged to the key's bucket,
+// even below zero (the allocator cannot tell a true overrun from a false
+// one), and while the level is below zero the holding that reported it
+// gets no refill share: its part of the rate pays the debt. Every other
+// holding keeps its share, so a debt of 2^50 leaves an honest spender's
+// shares as they were. A lone spender's overrun is paid as before: its
+// next request waits off the debt.
+func TestDebtStopsOnlyItsDebtorsShare(t *testing.T) {
 	lim := ration.Limits{RPM: 600, TPM: 60_000}
 	honest := Caller{SpenderID: "honest", Epoch: 1, Credential: "h"}
 	hostile := Caller{SpenderID: "hostile", Epoch: 1, Credential: "x"}
 	call := func(c *Caller) Caller { c.Sequence++; return *c }
 	demand := ration.Amount{Requests: 300, Tokens: 30_000} // half the rate
+	flood := ration.Amount{Requests: ration.MaxAmount, Tokens: ration.MaxAmount}
 
-	run := func(attack bool) (shares []ration.Share) {
+	run := func(debt ration.Amount) (shares []ration.Share) {
 		st := mustState(t, Config{})
 		h, x := honest, hostile
 		now := t0
 		mustAcquire(t, st, now, call(&h), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 50, Tokens: 5000}, Demand: demand})
 		now += 1_000_000
 		for range 5 {
-			// The other spender holds a lease on the key either way;
-			// attacking, it owes 2^50 and asks for a share and a grant.
-			if !attack {
-				mustAcquire(t, st, now, call(&x), AcquireKey{Key: "k", Limits: lim})
-			} else {
-				r := mustAcquire(t, st, now, call(&x), AcquireKey{Key: "k", Limits: lim, Debt: ration.Amount{Requests: ration.MaxAmount, Tokens: ration.MaxAmount},
-					Need: ration.Amount{Requests: 1, Tokens: 1}, Demand: ration.Amount{Requests: ration.MaxAmount, Tokens: ration.MaxAmount}})
-				if g := r.Keys[0]; g.Status != StatusNotCovered || g.Granted != (ration.Amount{}) || !g.Share.Zero() || g.RetryAfter <= 0 {
-					t.Fatalf("the debtor got %+v; want NOT_COVERED, nothing granted, no share", g)
-				}
-			}
-			for _, d := range []*dim{&st.keys["k"].req, &st.keys["k"].tok} {
-				if level, _ := d.b.Level(); level < 0 {
-					t.Fatalf("attack %v: the key's level went below zero (%d)", attack, level)
-				}
+			// The other spender demands the whole rate either way, and
+			// reports a debt of 2^50 when attacking.
+			r := mustAcquire(t, st, now, call(&x), AcquireKey{Key: "k", Limits: lim, Debt: debt, Demand: flood})
+			if g := r.Keys[0]; debt != (ration.Amount{}) && (!g.Share.Zero() || g.Snapshot.Requests.Remaining != 0) {
+				t.Fatalf("the debtor got %+v; want no share, the bucket empty", g)
 			}
 			now += 1_000_000
-			r := mustAcquire(t, st, now, call(&h), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 20, Tokens: 2000}, Demand: demand})
-			if g := r.Keys[0]; g.Status != StatusOK {
-				t.Fatalf("attack %v: the honest spender got %+v", attack, g)
-			}
+			// (Its status is NOT_COVERED while the level is below zero: no
+			// amount is granted; its share is.)
+			r = mustAcquire(t, st, now, call(&h), AcquireKey{Key: "k", Limits: lim, Demand: demand})
 			shares = append(shares, r.Keys[0].Share)
 			now += 2_000_000
 		}
 		return shares
 	}
-	s0, s1 := run(false), run(true)
-	if fmt.Sprint(s0) != fmt.Sprint(s1) || s0[len(s0)-1].Requests < 500_000 {
+	s0, s1 := run(ration.Amount{}), run(flood)
+	if fmt.Sprint(s0) != fmt.Sprint(s1) || s1[len(s1)-1].Requests < 500_000 || s1[len(s1)-1].Tokens < 500_000 {
 		t.Fatalf("a debt on another holding changed the honest spender's shares %v -> %v", s0, s1)
 	}
 
-	// A lone spender: the overrun is paid from what the bucket holds, the
-	// rest before its next grant.
+	// A lone spender: the overrun takes the level below zero, and the next
+	// request waits for the refill to pay it.
 	st := mustState(t, Config{})
 	c := Caller{SpenderID: "solo", Epoch: 1}
 	lim = ration.Limits{RPM: 60}
 	mustAcquire(t, st, t0, call(&c), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 50}})
 	r := mustAcquire(t, st, t0, call(&c), AcquireKey{Key: "k", Limits: lim, Held: ration.Amount{Requests: 50}, Debt: ration.Amount{Requests: 30},
-		Need: ration.Amount{Requests: 1}})
-	// 10 left in the bucket pay 10 of 30: 20 owed, plus the 1 needed, at 1/s.
-	if g := r.Keys[0]; g.Status != StatusNotCovered || g.RetryAfter != 21*time.Second || g.Snapshot.Requests.Remaining != 0 {
-		t.Fatalf("lone debtor: %+v, want NOT_COVERED for 21 s with the bucket empty", g)
+		Need: ration.Amount{Requests: 1}, Demand: ration.Amount{Requests: 60}})
+	// 10 left in the bucket less 30: 20 below zero, plus the 1 needed, at 1/s.
+	if g := r.Keys[0]; g.Status != StatusNotCovered || g.RetryAfter != 21*time.Second || !g.Share.Zero() {
+		t.Fatalf("lone debtor: %+v, want NOT_COVERED for 21 s and no share", g)
 	}
-	r = mustAcquire(t, st, t0+21_000_000, call(&c), AcquireKey{Key: "k", Limits: lim, Held: ration.Amount{Requests: 50}, Need: ration.Amount{Requests: 1}})
-	if g := r.Keys[0]; g.Status != StatusOK || g.Granted.Requests != 1 {
-		t.Fatalf("after the debt's wait: %+v, want the need granted", g)
+	r = mustAcquire(t, st, t0+21_000_000, call(&c), AcquireKey{Key: "k", Limits: lim, Held: ration.Amount{Requests: 50}, Need: ration.Amount{Requests: 1},
+		Demand: ration.Amount{Requests: 60}})
+	if g := r.Keys[0]; g.Status != StatusOK || g.Granted.Requests != 1 || g.Share.Zero() {
+		t.Fatalf("after the debt's wait: %+v, want the need granted and a share again", g)
 	}
 }
 

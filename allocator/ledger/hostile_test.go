@@ -25,8 +25,6 @@ import (
 //   - nothing is minted: each dimension's level plus every holding's
 //     potential is within the level cap (docs/bound.md), and no credited
 //     return exceeds the holding the caller's previous answer named;
-//   - no debt reaches the key's bucket: its level is never below zero (no
-//     call here reserves ahead of the refill), so shares go on;
 //   - what the rules refuse changes nothing: a call under the honest id is
 //     ErrForeignSpender, an epoch beyond the bound an InputError, and the
 //     state is byte for byte what it was;
@@ -92,9 +90,6 @@ func TestPropertyHonestBesideHostile(t *testing.T) {
 					continue
 				}
 				level, scale := d.d.b.Level()
-				if level < 0 {
-					t.Fatalf("after %s the key's level is %d < 0", what, level)
-				}
 				if level+d.held*scale > capUnits(&d.d.b, st.cfg.TTL, st.cfg.Strict) {
 					t.Fatalf("after %s level %d + potential %d above the cap", what, level, d.held)
 				}

@@ -24,10 +24,11 @@ type holding struct {
 	rate    ration.Amount  // spend per minute last reported, at most what the key can use in a minute
 	expiry  bucket.Instant // the holding stops counting at this instant
 	use     *usage         // its spender's credential's (Quota)
-	// owed is the debt reported on this holding and not yet paid: the
-	// holding's next grants and reservations pay it first, out of the
-	// key's bucket, and it gets no refill share while it owes. What it
-	// still owes when it ends is forgiven (docs/bound.md, "Debt").
+	// owed is the debt this holding reported that took the key's level
+	// below zero, per dimension, until the level is back at zero (touch
+	// forgets it): meanwhile no holding of its credential gets a refill
+	// share, so the refill pays the debt first, while other credentials'
+	// shares go on (docs/bound.md, "Rules for callers").
 	owed ration.Amount
 
 	// A refill share (share.go): held grows by the share's accrual, counted
@@ -172,6 +173,7 @@ func (k *keyState) touch(now bucket.Instant, ttl time.Duration, strict bool) {
 	k.accrue(now)
 	k.enforceCap(ttl, strict)
 	k.expire(now)
+	k.settleDebts()
 }
 
 // advance refills the buckets to now at the rate the refill shares leave
@@ -292,20 +294,33 @@ func give(d *dim, held *int64, n int64) int64 {
 	return n
 }
 
-// repay pays what a holding owes in d out of what d's bucket holds, as far
-// as it holds it (never into debt: a debt is its debtor's, docs/bound.md).
-func repay(d *dim, owed *int64) {
-	if !d.on || *owed <= 0 {
-		*owed = 0 // nothing to pay on an unlimited dimension
+// charge takes a reported debt of n from d's bucket, even below zero, and
+// records it as owed by the holding when it takes the level below zero.
+func charge(d *dim, owed *int64, n int64) {
+	if !d.on || n <= 0 {
 		return
 	}
-	n := min(*owed, max(d.b.Tokens(), 0)) // advanced in touch
-	d.b.Take(n)
-	*owed -= n
+	d.b.Take(n) // advanced in touch
+	if level, _ := d.b.Level(); level < 0 {
+		*owed = min(satAdd(*owed, n), ration.MaxAmount)
+	}
 }
 
-// owe adds a reported debt to what a holding owes, at most MaxAmount.
-func owe(owed *int64, n int64) { *owed = min(satAdd(*owed, max(n, 0)), ration.MaxAmount) }
+// settleDebts forgets what holdings owe in each dimension whose level is
+// back at zero or above: the refill has paid their debts.
+func (k *keyState) settleDebts() {
+	for _, x := range []struct {
+		d    *dim
+		owed func(h *holding) *int64
+	}{{&k.req, func(h *holding) *int64 { return &h.owed.Requests }}, {&k.tok, func(h *holding) *int64 { return &h.owed.Tokens }}} {
+		if level, _ := x.d.b.Level(); x.d.on && level < 0 {
+			continue
+		}
+		for i := range k.holds {
+			*x.owed(&k.holds[i]) = 0
+		}
+	}
+}
 
 func (d *dim) snapshot(free uint32) DimSnapshot {
 	if !d.on {

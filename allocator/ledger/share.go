@@ -162,8 +162,8 @@ func refillTime(lim bucket.Limit, tokens int64, free uint32) time.Duration {
 func shareBurstTime(ttl time.Duration) time.Duration { return ttl / 2 }
 
 // shareKey sets the share of holding i of ks at now, for a call whose key
-// part is k: none without a demand, nor in a dimension where the holding
-// owes (its debt is paid from the bucket first); otherwise the share
+// part is k: none without a demand, nor in a dimension where a holding of
+// its credential owes (its debt took the level below zero); otherwise the share
 // policy's answer per limited dimension, with each credential's demands
 // counted at most at its max-min part of the rate (perCredential), within
 // what other shares leave free, with a burst cut to the room under the cap
@@ -185,24 +185,25 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 			others = others.Add(ks.holds[j].potential())
 		}
 	}
-	split := func(d *dim, demand func(*holding) int64, share func(*holding) uint32, owes func(*holding) bool, other int64) (ppm, fair uint32, room int64) {
-		if !d.on || demand(h) <= 0 || owes(h) || d.b.Last() > now {
+	split := func(d *dim, demand func(*holding) int64, share func(*holding) uint32, owed func(*holding) int64, other int64) (ppm, fair uint32, room int64) {
+		if !d.on || demand(h) <= 0 || d.b.Last() > now {
 			// (A bucket whose refill starts later, a key whose state was
 			// lost, has no refill to share yet.)
 			return 0, 0, 0
 		}
-		if level, _ := d.b.Level(); level < 0 {
-			// In debt (overruns, fallback admissions): the refill pays the
-			// debt first, as it would without shares.
+		// In its credential's debt (overruns, fallback admissions that
+		// took the level below zero; settleDebts forgets them once it is
+		// back): the refill pays it first, as it would without shares,
+		// while other credentials' holdings keep theirs.
+		if slices.ContainsFunc(ks.holds, func(o holding) bool { return o.use == h.use && owed(&o) > 0 }) {
 			return 0, 0, 0
 		}
 		lim := d.b.Limit()
 		var taken uint64
 		for j := range ks.holds {
-			demands[j] = 0 // a holding that owes takes no share: its demand does not count
-			if !owes(&ks.holds[j]) {
-				demands[j] = demandShare(demand(&ks.holds[j]), lim)
-			}
+			// A credential in debt counts its demands, taking no share: its
+			// part of the rate pays the debt.
+			demands[j] = demandShare(demand(&ks.holds[j]), lim)
 			if j != i {
 				taken += uint64(share(&ks.holds[j]))
 			}
@@ -218,8 +219,8 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 		return ppm, fair, room
 	}
 	var room ration.Amount
-	sh.Requests, fair.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.shareOf(ks.lim).Requests }, func(h *holding) bool { return h.owed.Requests > 0 }, others.Requests)
-	sh.Tokens, fair.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.shareOf(ks.lim).Tokens }, func(h *holding) bool { return h.owed.Tokens > 0 }, others.Tokens)
+	sh.Requests, fair.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.shareOf(ks.lim).Requests }, func(h *holding) int64 { return h.owed.Requests }, others.Requests)
+	sh.Tokens, fair.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.shareOf(ks.lim).Tokens }, func(h *holding) int64 { return h.owed.Tokens }, others.Tokens)
 	// The burst sits on top of what the spender holds (its lease from the
 	// bucket is spent alongside the share: a burst below it would drop the
 	// share's accrual until the lease is spent), within the room.

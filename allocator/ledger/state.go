@@ -377,8 +377,6 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 		// Brought to now first: until now the holding's share took its
 		// part of the refill, which the bucket must not get back.
 		ks.touch(c.Now, s.cfg.TTL, s.cfg.Strict)
-		// What it still owes is forgiven (releaseKey paid what the bucket
-		// held of a listed key's).
 		ks.dropHoldings(func(h *holding) bool { return h.epoch == c.Caller.Epoch && h.spender == c.Caller.SpenderID })
 		changed[name] = true
 	}
@@ -544,7 +542,8 @@ func (s *State) acquireKey(k *AcquireKey, ss *session, c Caller, now bucket.Inst
 	out.Returned.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
 	out.Returned.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
 	h.held = h.held.Min(k.Held)
-	ks.payDebt(h, k.Debt)
+	charge(&ks.req, &h.owed.Requests, k.Debt.Requests)
+	charge(&ks.tok, &h.owed.Tokens, k.Debt.Tokens)
 	h.rate, h.lastSeq = ks.usable(k.SpendRate), c.Sequence
 	h.expiry = max(h.expiry, now.Add(s.cfg.TTL))
 
@@ -552,10 +551,8 @@ func (s *State) acquireKey(k *AcquireKey, ss *session, c Caller, now bucket.Inst
 	case !fits(&ks.req, k.Need.Requests) || !fits(&ks.tok, k.Need.Tokens):
 		out.Status = StatusTooLarge
 	default:
-		// A need is covered once what the holding still owes is paid too.
-		need := ration.Amount{Requests: withOwed(k.Need.Requests, h.owed.Requests), Tokens: withOwed(k.Need.Tokens, h.owed.Tokens)}
 		free := ks.freeShare()
-		w := max(wait(&ks.req, need.Requests, free.Requests, now), wait(&ks.tok, need.Tokens, free.Tokens, now))
+		w := max(wait(&ks.req, k.Need.Requests, free.Requests, now), wait(&ks.tok, k.Need.Tokens, free.Tokens, now))
 		if w > 0 {
 			out.Status, out.RetryAfter = StatusNotCovered, min(w, s.sharedWait(free))
 			break
@@ -570,15 +567,6 @@ func (s *State) acquireKey(k *AcquireKey, ss *session, c Caller, now bucket.Inst
 	out.Snapshot = ks.snapshot()
 	out.ActiveSpenders = len(ks.holds)
 	return out
-}
-
-// payDebt adds a reported debt to what holding h owes and pays what the
-// key's buckets hold of it (docs/bound.md, "Debt").
-func (k *keyState) payDebt(h *holding, debt ration.Amount) {
-	owe(&h.owed.Requests, debt.Requests)
-	owe(&h.owed.Tokens, debt.Tokens)
-	repay(&k.req, &h.owed.Requests)
-	repay(&k.tok, &h.owed.Tokens)
 }
 
 // usable is a reported spend rate per minute, at most what the key can
@@ -596,15 +584,6 @@ func (k *keyState) usable(rate ration.Amount) ration.Amount {
 		return min(r, lim.Capacity+int64(refill))
 	}
 	return ration.Amount{Requests: perMinute(&k.req, rate.Requests), Tokens: perMinute(&k.tok, rate.Tokens)}
-}
-
-// withOwed is a need with what the holding owes on top; 0 (anything
-// helps) stays 0.
-func withOwed(need, owed int64) int64 {
-	if need <= 0 {
-		return need
-	}
-	return satAdd(need, owed)
 }
 
 func fits(d *dim, n int64) bool { return !d.on || d.b.Fits(n) }
@@ -669,12 +648,8 @@ func (s *State) reserveKey(k *ReserveKey, ss *session, c Caller, now bucket.Inst
 	case !fits(&ks.req, k.Cost.Requests) || !fits(&ks.tok, k.Cost.Tokens):
 		out.Status = StatusTooLarge
 	default:
-		// What the holding owes is paid first: the reservation waits for
-		// it too, and takes it with the cost.
-		ks.payDebt(h, ration.Amount{})
-		take := k.Cost.Add(h.owed)
 		free := ks.freeShare()
-		w := max(wait(&ks.req, take.Requests, free.Requests, now), wait(&ks.tok, take.Tokens, free.Tokens, now))
+		w := max(wait(&ks.req, k.Cost.Requests, free.Requests, now), wait(&ks.tok, k.Cost.Tokens, free.Tokens, now))
 		if w > 0 && s.cfg.Strict {
 			// A reservation that waits is paid by refill still to come, but
 			// the strict cap (level + holdings <= C) burns refill while the
@@ -695,20 +670,19 @@ func (s *State) reserveKey(k *ReserveKey, ss *session, c Caller, now bucket.Inst
 		// the growth limit moves with it (the spender's own accrual limit
 		// does not count reservations made ahead).
 		if ks.req.on {
-			ks.req.b.Take(take.Requests)
+			ks.req.b.Take(k.Cost.Requests)
 			h.held.Requests += k.Cost.Requests
 			if h.growTo.Requests > 0 {
 				h.growTo.Requests += k.Cost.Requests
 			}
 		}
 		if ks.tok.on {
-			ks.tok.b.Take(take.Tokens)
+			ks.tok.b.Take(k.Cost.Tokens)
 			h.held.Tokens += k.Cost.Tokens
 			if h.growTo.Tokens > 0 {
 				h.growTo.Tokens += k.Cost.Tokens
 			}
 		}
-		h.owed = ration.Amount{}
 		h.lastSeq = c.Sequence
 		h.expiry = max(h.expiry, now.Add(w+s.cfg.TTL))
 	}
@@ -722,10 +696,8 @@ func (s *State) reserveKey(k *ReserveKey, ss *session, c Caller, now bucket.Inst
 	return out
 }
 
-// releaseKey credits one listed key's return and pays what the holding
-// owes, its debt included, as far as the key's buckets hold it (the rest
-// is forgiven when release drops the holding). It reports what was
-// credited and whether the key's state changed.
+// releaseKey credits one listed key's return and charges its debt. It
+// reports what was credited and whether the key's state changed.
 func (s *State) releaseKey(k *ReleaseKey, ss *session, c Caller, now bucket.Instant) (ration.Amount, bool) {
 	ks := s.keys[k.Key]
 	if ks == nil {
@@ -738,16 +710,14 @@ func (s *State) releaseKey(k *ReleaseKey, ss *session, c Caller, now bucket.Inst
 		s.follow(ks, k.Limits, now)
 	}
 	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
-	var out ration.Amount
+	var out, owed ration.Amount // the holding is dropped: nothing to mark
 	if i := ks.find(c.SpenderID, c.Epoch); i >= 0 {
 		h := &ks.holds[i]
 		out.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
 		out.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
-		ks.payDebt(h, k.Debt)
-	} else {
-		var none holding
-		ks.payDebt(&none, k.Debt)
 	}
+	charge(&ks.req, &owed.Requests, k.Debt.Requests)
+	charge(&ks.tok, &owed.Tokens, k.Debt.Tokens)
 	return out, true
 }
 
