@@ -1,0 +1,212 @@
+//go:build faults
+
+package faults
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect/v2"
+
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+)
+
+// floodEnv sets the flood's length: CI runs 20 s, which is enough to show
+// the resident memory and the data directory flat once the quota is
+// reached; RATION_FAULTS_FLOOD=45s runs the 45 s.
+const floodEnv = "RATION_FAULTS_FLOOD"
+
+// TestFloodFromOneCredential: under the hostile token, eight callers send
+// Acquire calls of 1,024 new keys each, back to back, and a ninth one a
+// new spender id each call; under the suite's token, another client makes a
+// 1-key call every 50 ms. The allocator runs with its default quotas
+// (-max-keys-per-credential 100000, -max-sessions-per-credential 4096).
+// The flood must be refused RESOURCE_EXHAUSTED once its credential is at
+// its quota; the allocator's resident memory (VmRSS sampled every 250 ms,
+// and VmHWM) must stay under 300 MB and its data directory under 100 MB;
+// the other client's calls must all succeed, within 50 ms at the 99th
+// percentile. A run shorter than 45 s must also show both flat: no sample
+// in its last third above the highest of its middle third by more than
+// 10%.
+func TestFloodFromOneCredential(t *testing.T) {
+	duration := 20 * time.Second
+	if v := os.Getenv(floodEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", floodEnv, v, err)
+		}
+		duration = d
+	}
+	const (
+		rssLimitKB  = 300 << 10 // 300 MB
+		diskLimit   = 100 << 20 // 100 MB
+		p99Limit    = 50 * time.Millisecond
+		floodCalls  = 8
+		batch       = 1024
+		otherPeriod = 50 * time.Millisecond
+	)
+	ctx := deadline(t, duration+60*time.Second)
+	alloc := startAllocator(ctx, t, 10*time.Second, "", "-token-file", writeTokens(t))
+	pid := alloc.pid()
+
+	type sample struct {
+		at       time.Duration
+		rssKB    int64
+		dirBytes int64
+	}
+	var (
+		samples []sample
+		codes   sync.Map // connect code or "ok" -> *atomic.Int64
+		calls   atomic.Int64
+	)
+	count := func(err error) {
+		k := "ok"
+		if err != nil {
+			k = connect.CodeOf(err).String()
+		}
+		v, _ := codes.LoadOrStore(k, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		calls.Add(1)
+	}
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
+	hostile := leaseClient(alloc.url(), hostileToken)
+	var wg sync.WaitGroup
+	for w := range floodCalls {
+		wg.Go(func() {
+			for n := 0; fctx.Err() == nil; n++ {
+				req := &leasev1.AcquireRequest{Caller: &leasev1.Caller{SpenderId: fmt.Sprintf("flood-%d", w), Epoch: 1, Sequence: uint64(n + 1)}}
+				for i := range batch {
+					req.Keys = append(req.Keys, &leasev1.KeyAcquire{Key: fmt.Sprintf("flood-%d-%d-%d", w, n, i),
+						Limits: &leasev1.Limits{Rpm: 600}, Want: &leasev1.Amount{Requests: 1}})
+				}
+				_, err := hostile.Acquire(fctx, req)
+				if fctx.Err() == nil {
+					count(err)
+				}
+			}
+		})
+	}
+	wg.Go(func() { // a new spender id every call: the sessions' quota
+		for n := 0; fctx.Err() == nil; n++ {
+			_, err := hostile.Acquire(fctx, &leasev1.AcquireRequest{Caller: &leasev1.Caller{SpenderId: fmt.Sprintf("flood-session-%d", n), Epoch: 1, Sequence: 1},
+				Keys: []*leasev1.KeyAcquire{{Key: "flood-session-key", Limits: &leasev1.Limits{Rpm: 600}}}})
+			if fctx.Err() == nil {
+				count(err)
+			}
+		}
+	})
+	var lat []time.Duration
+	var otherErrs []error
+	wg.Go(func() { // the other client
+		c := leaseClient(alloc.url(), token)
+		tk := time.NewTicker(otherPeriod)
+		defer tk.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-fctx.Done():
+				return
+			case <-tk.C:
+			}
+			start := time.Now()
+			_, err := c.Acquire(fctx, &leasev1.AcquireRequest{Caller: &leasev1.Caller{SpenderId: "other", Epoch: 1, Sequence: uint64(n + 1)},
+				Keys: []*leasev1.KeyAcquire{{Key: "other-key", Limits: &leasev1.Limits{Rpm: 60_000}, Want: &leasev1.Amount{Requests: 1}}}})
+			if fctx.Err() != nil {
+				return
+			}
+			lat = append(lat, time.Since(start))
+			if err != nil && len(otherErrs) < 5 {
+				otherErrs = append(otherErrs, err)
+			}
+		}
+	})
+	start := time.Now()
+	for time.Since(start) < duration && ctx.Err() == nil {
+		samples = append(samples, sample{at: time.Since(start), rssKB: statusKB(t, pid, "VmRSS"), dirBytes: dirSize(t, alloc.dataDir)})
+		pause(ctx, 250*time.Millisecond)
+	}
+	stop()
+	wg.Wait()
+	hwm := statusKB(t, pid, "VmHWM")
+
+	var byCode []string
+	codes.Range(func(k, v any) bool { byCode = append(byCode, fmt.Sprintf("%v %d", k, v.(*atomic.Int64).Load())); return true })
+	slices.Sort(byCode)
+	var peakRSS, peakDir int64
+	for _, s := range samples {
+		peakRSS, peakDir = max(peakRSS, s.rssKB), max(peakDir, s.dirBytes)
+	}
+	slices.Sort(lat)
+	p99 := time.Duration(0)
+	if len(lat) > 0 {
+		p99 = lat[len(lat)*99/100]
+	}
+	t.Logf("%v of flood: %d hostile calls (%v); VmRSS peak %d KiB, VmHWM %d KiB; data dir peak %.1f MB; the other client's %d calls: p50 %v, p99 %v, max %v",
+		duration, calls.Load(), byCode, peakRSS, hwm, float64(peakDir)/(1<<20), len(lat), pct(lat, 50), p99, pct(lat, 100))
+	if v, ok := codes.Load(connect.CodeResourceExhausted.String()); !ok || v.(*atomic.Int64).Load() == 0 {
+		t.Errorf("the flood was never refused resource_exhausted: %v", byCode)
+	}
+	if peakRSS >= rssLimitKB || hwm >= rssLimitKB {
+		t.Errorf("the allocator's resident memory reached %d KiB (VmHWM %d KiB); want under 300 MB", peakRSS, hwm)
+	}
+	if peakDir >= diskLimit {
+		t.Errorf("the data directory reached %.1f MB; want under 100 MB", float64(peakDir)/(1<<20))
+	}
+	if len(otherErrs) > 0 {
+		t.Errorf("the other client's calls failed: %v", otherErrs)
+	}
+	if len(lat) < int(duration/otherPeriod)/2 || p99 > p99Limit {
+		t.Errorf("the other client made %d calls, p99 %v; want about %d within %v", len(lat), p99, int(duration/otherPeriod), p99Limit)
+	}
+	if duration < 45*time.Second && len(samples) >= 6 {
+		third := len(samples) / 3
+		var midRSS, midDir int64
+		for _, s := range samples[third : 2*third] {
+			midRSS, midDir = max(midRSS, s.rssKB), max(midDir, s.dirBytes)
+		}
+		for _, s := range samples[2*third:] {
+			if float64(s.rssKB) > 1.1*float64(midRSS) || float64(s.dirBytes) > 1.1*float64(midDir)+1<<20 {
+				t.Errorf("not flat: at %v VmRSS %d KiB, data dir %d B, against the middle third's peaks %d KiB, %d B (run %s=45s)",
+					s.at.Round(time.Millisecond), s.rssKB, s.dirBytes, midRSS, midDir, floodEnv)
+				break
+			}
+		}
+	}
+	alloc.alive(t)
+}
+
+// dirSize is the bytes of the files under dir.
+func dirSize(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("sizing %s: %v", dir, err)
+	}
+	return n
+}
+
+// pct is the p-th percentile of the sorted durations (0 if none).
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
