@@ -138,7 +138,10 @@ func TestFloodFromOneCredential(t *testing.T) {
 	hwm := statusKB(t, pid, "VmHWM")
 
 	var byCode []string
-	codes.Range(func(k, v any) bool { byCode = append(byCode, fmt.Sprintf("%v %d", k, v.(*atomic.Int64).Load())); return true })
+	codes.Range(func(k, v any) bool {
+		byCode = append(byCode, fmt.Sprintf("%v %d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
 	slices.Sort(byCode)
 	var peakRSS, peakDir int64
 	for _, s := range samples {
