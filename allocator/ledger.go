@@ -174,18 +174,29 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 	return &ReleaseReply{Returned: slices.Clone(r.(*ReleaseReply).Returned)}, nil
 }
 
+// sweepParts is how many commands one Sweep takes: each sweeps the keys
+// whose names hash to its part, so that a large state (a credential's
+// quota of keys going idle at once) never holds the ledger for long: calls
+// are applied between the parts.
+const sweepParts = 16
+
 // Sweep drops what holds no information at the clock's now: expired
 // holdings, keys with no holdings whose buckets are full again (they are
 // recreated full on their next call), and sessions idle for longer than
 // the retention. It returns the number of keys and sessions dropped. Call
 // it periodically (cmd/allocator does, every TTL).
 func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
-	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.Sweep{Now: now} })
-	if err != nil {
-		return 0, 0, err
+	for part := range uint32(sweepParts) {
+		r, err := l.apply(func(now bucket.Instant) ledger.Command {
+			return ledger.Sweep{Now: now, Part: part, Parts: sweepParts}
+		})
+		if err != nil {
+			return keys, sessions, err
+		}
+		sr := r.(*ledger.SweepReply)
+		keys, sessions = keys+sr.Keys, sessions+sr.Sessions
 	}
-	sr := r.(*ledger.SweepReply)
-	return sr.Keys, sr.Sessions, nil
+	return keys, sessions, nil
 }
 
 // Stats returns current counts. It walks every key: call it at scrape

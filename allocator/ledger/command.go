@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
@@ -83,6 +84,8 @@ func EncodeCommand(cmd Command) ([]byte, error) {
 	case Sweep:
 		e.byte(cmdSweep)
 		e.i(int64(c.Now))
+		e.u(uint64(c.Part))
+		e.u(uint64(c.Parts))
 	default:
 		return nil, fmt.Errorf("allocator: encode command: unknown command %T", cmd)
 	}
@@ -206,7 +209,15 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 		cmd = c
 	case cmdSweep:
-		cmd = Sweep{Now: now}
+		c := Sweep{Now: now}
+		if v >= 2 {
+			part, parts := d.u(), d.u()
+			if part > math.MaxUint32 || parts > math.MaxUint32 {
+				d.fail()
+			}
+			c.Part, c.Parts = uint32(part), uint32(parts)
+		}
+		cmd = c
 	default:
 		d.fail()
 	}

@@ -46,6 +46,7 @@ func commandCases() []struct {
 		}}},
 		{"release no keys", Release{Now: 4, Caller: caller}},
 		{"sweep", Sweep{Now: 1_800_000_000_000_000}},
+		{"sweep a part", Sweep{Now: 1_800_000_000_000_000, Part: 3, Parts: 16}},
 		{"sweep zero", Sweep{}},
 	}
 }

@@ -50,6 +50,17 @@ type keyState struct {
 	emptyFrom bucket.Instant // != 0: state was lost; buckets start empty at this instant
 	fresh     bool           // buckets not created yet (lim unknown)
 	owner     *usage         // the credential whose call created the key (Quota); nil: none known
+	hash      uint32         // nameHash of the key's name: its part of a partial Sweep
+}
+
+// nameHash is FNV-1a (32-bit) of a key's name, which picks its part of a
+// partial Sweep: derived from the name alone, so the same on every replica.
+func nameHash(name string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint32(name[i])) * 16777619
+	}
+	return h
 }
 
 // setLimits makes the buckets follow l: a dimension that becomes limited

@@ -48,6 +48,7 @@ func (s *State) Load(r Record, now bucket.Instant) error {
 		// leases, which the key's state no longer counts (docs/bound.md).
 		ks = &keyState{fresh: true, emptyFrom: now.Add(s.cfg.TTL)}
 	}
+	ks.hash = nameHash(r.Name)
 	s.keys[r.Name] = ks
 	return err
 }

@@ -97,8 +97,14 @@ type Release struct {
 
 // Sweep drops what holds no information at Now: expired holdings, idle
 // keys whose buckets are full again, sessions idle beyond the retention.
+//
+// With Parts above 1 it sweeps one part of the keys only, those whose
+// name hashes to Part modulo Parts (and the sessions with part 0), so that
+// a large state is swept in short steps, each its own command, between
+// which calls are applied. Parts 0 or 1: everything.
 type Sweep struct {
-	Now bucket.Instant
+	Now         bucket.Instant
+	Part, Parts uint32
 }
 
 // SweepReply counts what a Sweep dropped.
@@ -138,7 +144,9 @@ func (s *State) Apply(cmd Command) (reply any, changed Changes, err error) {
 	case Release:
 		reply, err = s.release(c)
 	case Sweep:
-		reply = s.sweep(c.Now)
+		if err = Validate(c); err == nil {
+			reply = s.sweep(c)
+		}
 	default:
 		err = fmt.Errorf("allocator: unknown command %T", cmd)
 	}
@@ -390,13 +398,18 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 	return reply, nil
 }
 
-// sweep drops expired holdings, idle keys and sessions past the retention.
-func (s *State) sweep(now bucket.Instant) *SweepReply {
+// sweep drops expired holdings, idle keys and sessions past the
+// retention, in c's part.
+func (s *State) sweep(c Sweep) *SweepReply {
+	now := c.Now
 	var r SweepReply
 	var touched, dropped []string
 	for name, ks := range s.keys {
 		if ks.fresh {
 			continue // state lost at recovery, limits unknown: kept until its next call
+		}
+		if c.Parts > 1 && ks.hash%c.Parts != c.Part {
+			continue
 		}
 		expired := ks.anyExpired(now)
 		if expired {
@@ -413,6 +426,9 @@ func (s *State) sweep(now bucket.Instant) *SweepReply {
 	horizon := now.Add(-s.cfg.Retention)
 	var gone []string
 	for id, ss := range s.sessions {
+		if c.Parts > 1 && c.Part != 0 {
+			break
+		}
 		if ss.seen < horizon {
 			s.setReply(ss, nil)
 			ss.use.sessions--
@@ -453,7 +469,7 @@ func (s *State) keyFor(name string, lim ration.Limits, use *usage, now bucket.In
 
 // newKey adds name's state, fresh (limits unknown), owned by use.
 func (s *State) newKey(name string, use *usage) *keyState {
-	ks := &keyState{fresh: true, owner: use}
+	ks := &keyState{fresh: true, owner: use, hash: nameHash(name)}
 	use.keys++
 	s.keys[strings.Clone(name)] = ks // not the request's memory
 	return ks

@@ -164,6 +164,9 @@ func Validate(cmd Command) error {
 			err = validateEpoch(c.Caller, c.Now)
 		}
 	case Sweep:
+		if c.Parts > 1 && c.Part >= c.Parts {
+			err = inputErr("part", "%d of %d parts", c.Part, c.Parts)
+		}
 	default:
 		err = fmt.Errorf("allocator: unknown command %T", cmd)
 	}
