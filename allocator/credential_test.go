@@ -14,18 +14,6 @@ import (
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
 
-// bearerToken sends "Authorization: Bearer <token>" on every request.
-type bearerToken struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearerToken) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
-
 // TestCredentialsOverTheWire: two tokens of one token file are two
 // credentials. A spender id whose session one token's calls created is
 // refused PermissionDenied under the other, and each token's calls count
@@ -36,9 +24,7 @@ func TestCredentialsOverTheWire(t *testing.T) {
 	Mount(mux, NewService(newLedger(t, newFakeClock(), WithQuota(Quota{Sessions: 1, Keys: 2}))), BearerAuth([]string{"token-a", "token-b"}, nil))
 	url := testkit.H2C(t, mux)
 	client := func(token string) leasev1connect.LeaseServiceClient {
-		hc := testkit.H2CClient()
-		hc.Transport = bearerToken{token, hc.Transport}
-		return leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, url)))
+		return leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(testkit.H2CClientWithToken(token), url)))
 	}
 	a, b := client("token-a"), client("token-b")
 	req := func(id string, seq uint64, keys ...string) *leasev1.AcquireRequest {

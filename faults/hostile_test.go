@@ -42,21 +42,7 @@ func writeTokens(t *testing.T) string {
 // leaseClient is a LeaseService client of the allocator at url sending
 // tok as its bearer token.
 func leaseClient(url, tok string) leasev1connect.LeaseServiceClient {
-	hc := testkit.H2CClient()
-	hc.Transport = bearerRT{tok, hc.Transport}
-	return leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(hc, url)))
-}
-
-// bearerRT sends "Authorization: Bearer <tok>" on every request.
-type bearerRT struct {
-	tok  string
-	next http.RoundTripper
-}
-
-func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.tok)
-	return b.next.RoundTrip(r)
+	return leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(testkit.H2CClientWithToken(tok), url)))
 }
 
 // huge is 2^50 in both dimensions: the largest amount a call may carry.

@@ -209,9 +209,23 @@ func (k *keyState) anyExpired(now bucket.Instant) bool {
 	return false
 }
 
-// expire drops holdings whose expiry is at or before now.
+// expire drops holdings whose expiry is at or before now, uncounting
+// them. (A loop, not dropHoldings: touch runs it on every key a call names,
+// and a closure there cost an allocation per key.)
 func (k *keyState) expire(now bucket.Instant) {
-	k.dropHoldings(func(h *holding) bool { return h.expiry <= now })
+	n := 0
+	for i := range k.holds {
+		if h := &k.holds[i]; h.expiry <= now {
+			if h.use != nil {
+				h.use.leases--
+			}
+			continue
+		}
+		k.holds[n] = k.holds[i]
+		n++
+	}
+	clear(k.holds[n:])
+	k.holds = k.holds[:n]
 }
 
 // enforceCap keeps level + potential holdings <= capK in each dimension by
@@ -320,15 +334,14 @@ func charge(d *dim, owed *int64, n int64) {
 // settleDebts forgets what holdings owe in each dimension whose level is
 // back at zero or above: the refill has paid their debts.
 func (k *keyState) settleDebts() {
-	for _, x := range []struct {
-		d    *dim
-		owed func(h *holding) *int64
-	}{{&k.req, func(h *holding) *int64 { return &h.owed.Requests }}, {&k.tok, func(h *holding) *int64 { return &h.owed.Tokens }}} {
-		if level, _ := x.d.b.Level(); x.d.on && level < 0 {
-			continue
+	paid := func(d *dim) bool { level, _ := d.b.Level(); return !d.on || level >= 0 }
+	for i := range k.holds {
+		h := &k.holds[i]
+		if h.owed.Requests != 0 && paid(&k.req) {
+			h.owed.Requests = 0
 		}
-		for i := range k.holds {
-			*x.owed(&k.holds[i]) = 0
+		if h.owed.Tokens != 0 && paid(&k.tok) {
+			h.owed.Tokens = 0
 		}
 	}
 }

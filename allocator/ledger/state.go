@@ -189,39 +189,47 @@ func (s *State) markKey(name string) { s.changed.Keys = append(s.changed.Keys, n
 func (s *State) markSession(id string) { s.changed.Sessions = append(s.changed.Sessions, id) }
 
 // call is what the checks before a call's application (admit) look at:
-// its caller, method and body digest, and its keys for the quota: how
-// many, the name of key i, whether key i would get a new key state, and
-// whether the call takes leases (Release drops them).
+// its caller, method and body digest, and its keys (one of the three
+// lists, by kind), for the quota.
 type call struct {
 	c       Caller
 	kind    callKind
 	digest  digest
-	n       int
-	name    func(i int) string
-	creates func(i int) bool
-	leases  bool
+	acquire []AcquireKey
+	reserve []ReserveKey
+	release []ReleaseKey
 }
 
-// callOf describes cmd for admit; false for a command without a caller.
-func callOf(cmd Command) (call, bool) {
-	switch c := cmd.(type) {
-	case Acquire:
-		return call{c: c.Caller, kind: kindAcquire, digest: digestAcquire(c.Keys), n: len(c.Keys), leases: true,
-			name:    func(i int) string { return c.Keys[i].Key },
-			creates: func(i int) bool { return !c.Keys[i].Limits.Unlimited() }}, true
-	case ReserveAhead:
-		return call{c: c.Caller, kind: kindReserve, digest: digestReserve(c.Keys), n: len(c.Keys), leases: true,
-			name:    func(i int) string { return c.Keys[i].Key },
-			creates: func(i int) bool { return !c.Keys[i].Limits.Unlimited() }}, true
-	case Release:
-		return call{c: c.Caller, kind: kindRelease, digest: digestRelease(c.Keys), n: len(c.Keys),
-			name: func(i int) string { return c.Keys[i].Key },
-			creates: func(i int) bool {
-				return c.Keys[i].Debt != (ration.Amount{}) && !c.Keys[i].Limits.Unlimited()
-			}}, true
-	}
-	return call{}, false
+func acquireCall(c Acquire) call {
+	return call{c: c.Caller, kind: kindAcquire, digest: digestAcquire(c.Keys), acquire: c.Keys}
 }
+
+func reserveCall(c ReserveAhead) call {
+	return call{c: c.Caller, kind: kindReserve, digest: digestReserve(c.Keys), reserve: c.Keys}
+}
+
+func releaseCall(c Release) call {
+	return call{c: c.Caller, kind: kindRelease, digest: digestRelease(c.Keys), release: c.Keys}
+}
+
+// n is how many keys the call names.
+func (cl *call) n() int { return len(cl.acquire) + len(cl.reserve) + len(cl.release) }
+
+// key is key i's name and whether the call would create its state if it
+// has none (a Release only to charge a debt).
+func (cl *call) key(i int) (name string, creates bool) {
+	switch cl.kind {
+	case kindAcquire:
+		return cl.acquire[i].Key, !cl.acquire[i].Limits.Unlimited()
+	case kindReserve:
+		return cl.reserve[i].Key, !cl.reserve[i].Limits.Unlimited()
+	}
+	k := &cl.release[i]
+	return k.Key, k.Debt != (ration.Amount{}) && !k.Limits.Unlimited()
+}
+
+// leases reports whether the call takes leases (Release drops them).
+func (cl *call) leases() bool { return cl.kind != kindRelease }
 
 // Admit returns the error Apply would return for cmd from the checks that
 // depend on the state but not on the call's effects: a spender id of
@@ -231,8 +239,15 @@ func callOf(cmd Command) (call, bool) {
 // replicated allocator's leader refuses such calls before they take log
 // space. Input is not checked (Validate).
 func (s *State) Admit(cmd Command) error {
-	cl, ok := callOf(cmd)
-	if !ok {
+	var cl call
+	switch c := cmd.(type) {
+	case Acquire:
+		cl = acquireCall(c)
+	case ReserveAhead:
+		cl = reserveCall(c)
+	case Release:
+		cl = releaseCall(c)
+	default:
 		return nil
 	}
 	if s.loaded {
@@ -259,7 +274,7 @@ func (s *State) admit(cl call) (stored any, ss *session, err error) {
 	if stored != nil {
 		return stored, ss, nil
 	}
-	if err := s.overQuota(c, ss, cl.n, cl.name, cl.creates, cl.leases); err != nil {
+	if err := s.overQuota(&cl, ss); err != nil {
 		return nil, nil, fmt.Errorf("allocator: spender %q: %w", c.SpenderID, err)
 	}
 	return nil, ss, nil
@@ -310,10 +325,13 @@ func (s *State) finish(ss *session, cl call, reply any, now bucket.Instant) {
 }
 
 func (s *State) acquire(c Acquire) (*AcquireReply, error) {
-	if err := Validate(c); err != nil {
+	if err := validateAcquire(c.Caller, c.Keys); err != nil {
 		return nil, err
 	}
-	cl, _ := callOf(c)
+	if err := validateEpoch(c.Caller, c.Now); err != nil {
+		return nil, err
+	}
+	cl := acquireCall(c)
 	stored, ss, err := s.begin(cl)
 	if err != nil {
 		return nil, err
@@ -335,10 +353,13 @@ func (s *State) acquire(c Acquire) (*AcquireReply, error) {
 }
 
 func (s *State) reserve(c ReserveAhead) (*ReserveReply, error) {
-	if err := Validate(c); err != nil {
+	if err := validateReserve(c.Caller, c.Keys); err != nil {
 		return nil, err
 	}
-	cl, _ := callOf(c)
+	if err := validateEpoch(c.Caller, c.Now); err != nil {
+		return nil, err
+	}
+	cl := reserveCall(c)
 	stored, ss, err := s.begin(cl)
 	if err != nil {
 		return nil, err
@@ -360,10 +381,13 @@ func (s *State) reserve(c ReserveAhead) (*ReserveReply, error) {
 }
 
 func (s *State) release(c Release) (*ReleaseReply, error) {
-	if err := Validate(c); err != nil {
+	if err := validateRelease(c.Caller, c.Keys); err != nil {
 		return nil, err
 	}
-	cl, _ := callOf(c)
+	if err := validateEpoch(c.Caller, c.Now); err != nil {
+		return nil, err
+	}
+	cl := releaseCall(c)
 	stored, ss, err := s.begin(cl)
 	if err != nil {
 		return nil, err

@@ -82,17 +82,16 @@ func (s *State) recount() {
 	s.loaded = false
 }
 
-// overQuota returns the *QuotaError for a call of c with n keys, on the
-// session ss it would apply in (nil: a new one), or nil if it fits: the
-// sessions, keys, leases and stored answers it could add, counted against
-// what its credential keeps. creates(i) reports whether key i would get a
-// new key state, leases whether the call holds leases at all (Release
-// drops them).
-func (s *State) overQuota(c Caller, ss *session, n int, keyAt func(i int) string, creates func(i int) bool, leases bool) error {
+// overQuota returns the *QuotaError for call cl on the session ss it would
+// apply in (nil: a new one), or nil if it fits: the sessions, keys, leases
+// and stored answers it could add, counted against what its credential
+// keeps.
+func (s *State) overQuota(cl *call, ss *session) error {
 	q := s.cfg.Quota
 	if q == (Quota{}) {
 		return nil
 	}
+	c, n := cl.c, cl.n()
 	u := s.usage[c.Credential]
 	if u == nil {
 		u = &usage{cred: c.Credential}
@@ -109,17 +108,17 @@ func (s *State) overQuota(c Caller, ss *session, n int, keyAt func(i int) string
 	if u.answers-old+n > q.Keys {
 		return &QuotaError{What: "stored answers", Limit: q.Keys}
 	}
-	if u.keys+n <= q.Keys && (!leases || u.leases+n <= q.Keys) {
+	if u.keys+n <= q.Keys && (!cl.leases() || u.leases+n <= q.Keys) {
 		return nil // within the quota whatever the call creates
 	}
 	var keys, held int
 	for i := range n {
-		name := keyAt(i)
+		name, creates := cl.key(i)
 		ks := s.keys[name]
-		if ks == nil && creates(i) {
+		if ks == nil && creates {
 			keys++
 		}
-		if leases && (ks == nil || ks.find(c.SpenderID, c.Epoch) < 0) {
+		if cl.leases() && (ks == nil || ks.find(c.SpenderID, c.Epoch) < 0) {
 			held++
 		}
 	}
