@@ -187,16 +187,25 @@ const sweepParts = 16
 // it periodically (cmd/allocator does, every TTL).
 func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
 	for part := range uint32(sweepParts) {
-		r, err := l.apply(func(now bucket.Instant) ledger.Command {
-			return ledger.Sweep{Now: now, Part: part, Parts: sweepParts}
-		})
+		k, s, err := l.sweepPart(part)
+		keys, sessions = keys+k, sessions+s
 		if err != nil {
 			return keys, sessions, err
 		}
-		sr := r.(*ledger.SweepReply)
-		keys, sessions = keys+sr.Keys, sessions+sr.Sessions
 	}
 	return keys, sessions, nil
+}
+
+// sweepPart sweeps part of sweepParts (see Sweep).
+func (l *Ledger) sweepPart(part uint32) (keys, sessions int, err error) {
+	r, err := l.apply(func(now bucket.Instant) ledger.Command {
+		return ledger.Sweep{Now: now, Part: part, Parts: sweepParts}
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	sr := r.(*ledger.SweepReply)
+	return sr.Keys, sr.Sessions, nil
 }
 
 // Stats returns current counts. It walks every key: call it at scrape
