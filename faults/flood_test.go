@@ -25,9 +25,9 @@ import (
 // (RATION_FAULTS_FLOOD=10s, for a quicker look while developing).
 const floodEnv = "RATION_FAULTS_FLOOD"
 
-// TestFloodFromOneCredential: under the hostile token, two callers send
-// Acquire calls of 1,024 new keys each, back to back; under the suite's
-// token, another client makes a 1-key call every 50 ms. (The sessions'
+// TestFloodFromOneCredential: under the suite's token, a client makes a
+// 1-key call every 50 ms, alone for 10 s, then while two callers under the
+// hostile token send Acquire calls of 1,024 new keys each, back to back. (The sessions'
 // quota is TestQuotaPerCredential's and TestCredentialsOverTheWire's: a
 // caller that makes a new spender id per call is not refused until 4,096,
 // and each such call is a commit like any other caller's.) The allocator runs with its default quotas
@@ -36,7 +36,8 @@ const floodEnv = "RATION_FAULTS_FLOOD"
 // its quota; the allocator's resident memory (VmRSS sampled every 250 ms,
 // and VmHWM) must stay under 300 MB and its data directory under 100 MB;
 // the other client's calls must all succeed, within 50 ms at the 99th
-// percentile.
+// percentile during the flood, or, where the machine's own load puts its
+// p99 before the flood above 25 ms, within twice that.
 func TestFloodFromOneCredential(t *testing.T) {
 	duration := 45 * time.Second
 	if v := os.Getenv(floodEnv); v != "" {
@@ -53,8 +54,9 @@ func TestFloodFromOneCredential(t *testing.T) {
 		floodCalls  = 2
 		batch       = 1024
 		otherPeriod = 50 * time.Millisecond
+		baseline    = 10 * time.Second // the other client alone first
 	)
-	ctx := deadline(t, duration+60*time.Second)
+	ctx := deadline(t, baseline+duration+60*time.Second)
 	alloc := startAllocator(ctx, t, 10*time.Second, "", append([]string{"-token-file", writeTokens(t)}, strings.Fields(os.Getenv("XALLOC"))...)...)
 	pid := alloc.pid()
 
@@ -81,8 +83,15 @@ func TestFloodFromOneCredential(t *testing.T) {
 	defer stop()
 	hostile := leaseClient(alloc.url(), hostileToken)
 	var wg sync.WaitGroup
+	flooding := make(chan struct{}) // closed when the flood starts, after the baseline
+	var floodOn atomic.Bool
 	for w := range floodCalls {
 		wg.Go(func() {
+			select {
+			case <-fctx.Done():
+				return
+			case <-flooding:
+			}
 			// New keys every call; their names are built cheaply, since the
 			// flood's client shares the two cores with the allocator.
 			prefix := []byte(fmt.Sprintf("flood-%d-", w))
@@ -101,7 +110,7 @@ func TestFloodFromOneCredential(t *testing.T) {
 			}
 		})
 	}
-	var lat []time.Duration
+	var lat, base []time.Duration // the other client's, during the flood and before it
 	var otherErrs []error
 	wg.Go(func() { // the other client
 		c := leaseClient(alloc.url(), token)
@@ -119,12 +128,19 @@ func TestFloodFromOneCredential(t *testing.T) {
 			if fctx.Err() != nil {
 				return
 			}
-			lat = append(lat, time.Since(start))
+			if floodOn.Load() {
+				lat = append(lat, time.Since(start))
+			} else {
+				base = append(base, time.Since(start))
+			}
 			if err != nil && len(otherErrs) < 5 {
 				otherErrs = append(otherErrs, err)
 			}
 		}
 	})
+	pause(ctx, baseline)
+	floodOn.Store(true)
+	close(flooding)
 	start := time.Now()
 	for time.Since(start) < duration && ctx.Err() == nil {
 		samples = append(samples, sample{at: time.Since(start), rssKB: statusKB(t, pid, "VmRSS"), dirBytes: dirSize(t, alloc.dataDir)})
@@ -145,12 +161,11 @@ func TestFloodFromOneCredential(t *testing.T) {
 		peakRSS, peakDir = max(peakRSS, s.rssKB), max(peakDir, s.dirBytes)
 	}
 	slices.Sort(lat)
-	p99 := time.Duration(0)
-	if len(lat) > 0 {
-		p99 = lat[len(lat)*99/100]
-	}
-	t.Logf("%v of flood: %d hostile calls (%v); VmRSS peak %d KiB, VmHWM %d KiB; data dir peak %.1f MB; the other client's %d calls: p50 %v, p99 %v, max %v",
-		duration, calls.Load(), byCode, peakRSS, hwm, float64(peakDir)/(1<<20), len(lat), pct(lat, 50), p99, pct(lat, 100))
+	slices.Sort(base)
+	p99, base99 := pct(lat, 99), pct(base, 99)
+	t.Logf("%v of flood: %d hostile calls (%v); VmRSS peak %d KiB, VmHWM %d KiB; data dir peak %.1f MB; the other client's %d calls: p50 %v, p99 %v, max %v; before the flood, %d calls: p50 %v, p99 %v, max %v",
+		duration, calls.Load(), byCode, peakRSS, hwm, float64(peakDir)/(1<<20), len(lat), pct(lat, 50), p99, pct(lat, 100),
+		len(base), pct(base, 50), base99, pct(base, 100))
 	m := mustScrape(ctx, t, alloc.url()+"/metrics")
 	if n := m.sum("ration_allocator_commit_duration_seconds_count"); n > 0 {
 		t.Logf("allocator: %.0f commits, %.1f ms each on average", n, 1000*m.sum("ration_allocator_commit_duration_seconds_sum")/n)
@@ -167,8 +182,12 @@ func TestFloodFromOneCredential(t *testing.T) {
 	if len(otherErrs) > 0 {
 		t.Errorf("the other client's calls failed: %v", otherErrs)
 	}
-	if len(lat) < int(duration/otherPeriod)/2 || p99 > p99Limit {
-		t.Errorf("the other client made %d calls, p99 %v; want about %d within %v", len(lat), p99, int(duration/otherPeriod), p99Limit)
+	// 50 ms at the 99th percentile is the target; on a machine whose own
+	// load puts the other client's p99 above 25 ms before the flood (a
+	// commit's fsync is most of a call), the flood may at most double it.
+	if limit := max(p99Limit, 2*base99); len(lat) < int(duration/otherPeriod)/2 || p99 > limit {
+		t.Errorf("the other client made %d calls during the flood, p99 %v; want about %d within %v (p99 %v before it)",
+			len(lat), p99, int(duration/otherPeriod), limit, base99)
 	}
 	alloc.alive(t)
 }
