@@ -18,10 +18,13 @@ import (
 // credentials. A spender id whose session one token's calls created is
 // refused PermissionDenied under the other, and each token's calls count
 // against its own quota (ResourceExhausted past it), so one token's flood
-// leaves the other's calls alone.
+// leaves the other's calls alone. Past its quota, a token's Acquire calls
+// are refused before they are read, even one that would fit, until a
+// sweep; its Release goes through.
 func TestCredentialsOverTheWire(t *testing.T) {
 	mux := http.NewServeMux()
-	Mount(mux, NewService(newLedger(t, newFakeClock(), WithQuota(Quota{Sessions: 1, Keys: 2}))), BearerAuth([]string{"token-a", "token-b"}, nil))
+	l := newLedger(t, newFakeClock(), WithQuota(Quota{Sessions: 1, Keys: 2}))
+	Mount(mux, NewService(l), BearerAuth([]string{"token-a", "token-b"}, nil))
 	url := testkit.H2C(t, mux)
 	client := func(token string) leasev1connect.LeaseServiceClient {
 		return leasev1connect.NewLeaseServiceClient(connect.NewClient(connecthttp.NewTransport(testkit.H2CClientWithToken(token), url)))
@@ -47,6 +50,18 @@ func TestCredentialsOverTheWire(t *testing.T) {
 	}
 	if _, err := b.Acquire(ctx, req("gw-b", 1, "k3", "k4")); err != nil {
 		t.Fatalf("token b beside token a's full quota: %v", err)
+	}
+	if !l.AtQuota(TokenID("token-a")) || l.AtQuota(TokenID("token-b")) {
+		t.Fatal("AtQuota: want token a's only")
+	}
+	if _, err := a.Acquire(ctx, req("gw-a", 2, "k1")); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("token a at its quota, a call that fits: %v, want ResourceExhausted before the sweep", err)
+	}
+	if _, _, err := l.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Acquire(ctx, req("gw-a", 2, "k1")); err != nil {
+		t.Fatalf("token a after a sweep, a call that fits: %v", err)
 	}
 	if TokenID("token-a") == TokenID("token-b") || len(TokenID("x")) != 16 {
 		t.Fatalf("TokenID: %q %q", TokenID("token-a"), TokenID("x"))

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -29,6 +30,27 @@ type Ledger struct {
 	closed bool
 	st     *store      // nil: memory only
 	rep    *replicated // non-nil: a cluster member (NewReplicated); state and st are unused
+
+	// atQuota holds the credentials whose last Acquire or ReserveAhead was
+	// refused for their quota, until a sweep or a Release may have freed
+	// some: the Service refuses their calls before reading them (a flood
+	// past its quota then costs a header's check, not a 1,024-key decode).
+	atQuota sync.Map // credential -> struct{}
+}
+
+// noteQuota records that err refused a call of credential cred for its
+// quota (AtQuota reports it until a sweep or a Release).
+func (l *Ledger) noteQuota(cred string, err error) {
+	if errors.Is(err, ErrResourceExhausted) {
+		l.atQuota.Store(cred, struct{}{})
+	}
+}
+
+// AtQuota reports whether credential cred's last Acquire or ReserveAhead
+// was refused for its quota, with no sweep or Release since.
+func (l *Ledger) AtQuota(cred string) bool {
+	_, ok := l.atQuota.Load(cred)
+	return ok
 }
 
 // New returns a memory-only Ledger: nothing survives the process. Use Open
@@ -135,6 +157,7 @@ func (l *Ledger) acquire(c Caller, keys []AcquireKey) (*AcquireReply, error) {
 	}
 	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.Acquire{Now: now, Caller: c, Keys: keys} })
 	if err != nil {
+		l.noteQuota(c.Credential, err)
 		return nil, err
 	}
 	return r.(*AcquireReply), nil
@@ -151,6 +174,7 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 	}
 	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.ReserveAhead{Now: now, Caller: c, Keys: keys} })
 	if err != nil {
+		l.noteQuota(c.Credential, err)
 		return nil, err
 	}
 	out := *r.(*ReserveReply)
@@ -171,6 +195,7 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 	if err != nil {
 		return nil, err
 	}
+	l.atQuota.Clear() // leases it held are free
 	return &ReleaseReply{Returned: slices.Clone(r.(*ReleaseReply).Returned)}, nil
 }
 
@@ -204,6 +229,7 @@ func (l *Ledger) sweepPart(part uint32) (keys, sessions int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
+	l.atQuota.Clear() // what it dropped may have freed some
 	sr := r.(*ledger.SweepReply)
 	return sr.Keys, sr.Sessions, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -371,4 +372,48 @@ func TestSweepInParts(t *testing.T) {
 		t.Fatalf("in parts: %+v, whole: %+v; the states differ: %v", got, want, !bytes.Equal(whole.Snapshot(), parts.Snapshot()))
 	}
 	unchanged(t, whole, Sweep{Now: later, Part: 7, Parts: 7}, ErrInvalidArgument)
+}
+
+// TestPartialSweepDropsAtMost: a partial sweep drops at most
+// maxSweepDrops idle keys, the first by name (so the same on every
+// replica); the next sweep of that part drops the rest.
+func TestPartialSweepDropsAtMost(t *testing.T) {
+	st := mustState(t, Config{})
+	n := 3 * maxSweepDrops
+	keys := make([]AcquireKey, 0, ration.MaxBatch)
+	seq := uint64(0)
+	for i := range n {
+		keys = append(keys, AcquireKey{Key: fmt.Sprintf("k%05d", i), Limits: ration.Limits{RPM: 60}})
+		if len(keys) == ration.MaxBatch || i == n-1 {
+			seq++
+			mustAcquire(t, st, t0, Caller{SpenderID: "s", Epoch: 1, Sequence: seq}, keys...)
+			keys = keys[:0]
+		}
+	}
+	var part0 []string
+	for name := range st.keys {
+		if nameHash(name)%2 == 0 {
+			part0 = append(part0, name)
+		}
+	}
+	slices.Sort(part0)
+	if len(part0) <= maxSweepDrops {
+		t.Fatalf("part 0 has %d keys; the test needs more than %d", len(part0), maxSweepDrops)
+	}
+	later := t0 + 3_600_000_000
+	r, _, err := st.Apply(Sweep{Now: later, Part: 0, Parts: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.(*SweepReply).Keys; got != maxSweepDrops {
+		t.Fatalf("a partial sweep dropped %d keys, want %d", got, maxSweepDrops)
+	}
+	for i, name := range part0 {
+		if _, kept := st.keys[name]; kept != (i >= maxSweepDrops) {
+			t.Fatalf("key %s (%d of part 0 by name): kept %v", name, i, kept)
+		}
+	}
+	if r, _, _ := st.Apply(Sweep{Now: later, Part: 0, Parts: 2}); r.(*SweepReply).Keys != len(part0)-maxSweepDrops {
+		t.Fatalf("the second sweep dropped %d, want the %d left", r.(*SweepReply).Keys, len(part0)-maxSweepDrops)
+	}
 }

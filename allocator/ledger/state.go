@@ -99,13 +99,22 @@ type Release struct {
 // keys whose buckets are full again, sessions idle beyond the retention.
 //
 // With Parts above 1 it sweeps one part of the keys only, those whose
-// name hashes to Part modulo Parts (and the sessions with part 0), so that
-// a large state is swept in short steps, each its own command, between
+// name hashes to Part modulo Parts (and the sessions with part 0), and
+// drops at most maxSweepDrops idle keys (the first by name), so that a
+// large state is swept in short steps, each its own command, between
 // which calls are applied. Parts 0 or 1: everything.
 type Sweep struct {
 	Now         bucket.Instant
 	Part, Parts uint32
 }
+
+// maxSweepDrops is the most idle keys a partial Sweep drops: a
+// credential's quota of keys going idle at once is dropped, and the quota
+// freed to a flood of new keys, a little at a time (16,384 an interval
+// with cmd/allocator's 16 parts), which keeps the journal's traffic from
+// such a flood low. An idle key holds no information; one kept longer only
+// costs its memory, which the quota bounds.
+const maxSweepDrops = 1024
 
 // SweepReply counts what a Sweep dropped.
 type SweepReply struct {
@@ -428,6 +437,12 @@ func (s *State) sweep(c Sweep) *SweepReply {
 	now := c.Now
 	var r SweepReply
 	var touched, dropped []string
+	type candidate struct {
+		name    string
+		ks      *keyState
+		touched bool
+	}
+	var idle []candidate
 	for name, ks := range s.keys {
 		if ks.fresh {
 			continue // state lost at recovery, limits unknown: kept until its next call
@@ -441,11 +456,24 @@ func (s *State) sweep(c Sweep) *SweepReply {
 		}
 		switch {
 		case ks.idle(now):
-			s.dropKey(name, ks)
-			dropped = append(dropped, name)
+			idle = append(idle, candidate{name, ks, expired})
 		case expired:
 			touched = append(touched, name)
 		}
+	}
+	if c.Parts > 1 && len(idle) > maxSweepDrops {
+		// The first by name: the same on every replica.
+		slices.SortFunc(idle, func(a, b candidate) int { return strings.Compare(a.name, b.name) })
+		for _, x := range idle[maxSweepDrops:] {
+			if x.touched {
+				touched = append(touched, x.name)
+			}
+		}
+		idle = idle[:maxSweepDrops]
+	}
+	for _, x := range idle {
+		s.dropKey(x.name, x.ks)
+		dropped = append(dropped, x.name)
 	}
 	horizon := now.Add(-s.cfg.Retention)
 	var gone []string
