@@ -18,6 +18,11 @@ const (
 	MaxWait         = time.Hour          // the longest wait a wait-mode reservation may ask for
 	MaxBudgets      = 16                 // budgets one request may be charged to
 	MaxWindow       = 7 * 24 * time.Hour // the longest window a limit's rates may be per (Limits.Window)
+	// MaxEpochAhead is how far an epoch may be past the allocator's clock,
+	// read as nanoseconds since the Unix epoch (a spender's default epoch
+	// is its start time so read): any id's epoch stays within reach of
+	// its next incarnation.
+	MaxEpochAhead = 24 * time.Hour
 )
 
 // ValidKey reports whether id can name a key everywhere in ration: 1 to

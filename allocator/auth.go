@@ -14,7 +14,8 @@ import (
 
 // BearerAuth returns a server interceptor that admits a call only if its
 // Authorization header is "Bearer <t>" for one of tokens, and otherwise
-// fails it with CodeUnauthenticated before any work is done. Tokens are
+// fails it with CodeUnauthenticated before any work is done; an admitted
+// call's context carries the token's TokenID (WithCredential). Tokens are
 // compared as SHA-256 digests in constant time, against every token, so
 // neither the match nor the length leaks through timing.
 //
@@ -26,10 +27,14 @@ func BearerAuth(tokens []string, log *slog.Logger) connect.ServerInterceptor {
 	return func(next connect.ServerFunc) connect.ServerFunc {
 		return func(ctx context.Context, spec connect.Spec, stream connect.ServerStream) error {
 			info, ok := connect.CallInfoForServerContext(ctx)
-			if !ok || !b.admit(info.RequestHeader().Get("Authorization"), spec.Procedure) {
+			if !ok {
 				return connect.NewError(connect.CodeUnauthenticated, "allocator: missing or invalid bearer token")
 			}
-			return next(ctx, spec, stream)
+			id, ok := b.admit(info.RequestHeader().Get("Authorization"), spec.Procedure)
+			if !ok {
+				return connect.NewError(connect.CodeUnauthenticated, "allocator: missing or invalid bearer token")
+			}
+			return next(WithCredential(ctx, id), spec, stream)
 		}
 	}
 }
@@ -39,7 +44,7 @@ func BearerAuth(tokens []string, log *slog.Logger) connect.ServerInterceptor {
 func RequireBearer(tokens []string, log *slog.Logger, h http.Handler) http.Handler {
 	b := newBearer(tokens, log)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !b.admit(r.Header.Get("Authorization"), r.Method+" "+r.URL.Path) {
+		if _, ok := b.admit(r.Header.Get("Authorization"), r.Method+" "+r.URL.Path); !ok {
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			http.Error(w, "allocator: missing or invalid bearer token", http.StatusUnauthorized)
 			return
@@ -63,27 +68,29 @@ func newBearer(tokens []string, log *slog.Logger) *bearer {
 	return b
 }
 
-// admit reports whether header carries one of the tokens, and logs a
-// refusal of what (a procedure or a path).
-func (b *bearer) admit(header, what string) bool {
-	if authorized(header, b.sums) {
-		return true
+// admit reports whether header carries one of the tokens, with its
+// TokenID, and logs a refusal of what (a procedure or a path).
+func (b *bearer) admit(header, what string) (string, bool) {
+	if sum, ok := authorized(header, b.sums); ok {
+		return tokenIDOf(sum), true
 	}
 	if n := b.refused.Add(1); b.log != nil && (n&(n-1) == 0 || n%1000 == 0) {
 		b.log.Warn("allocator: refused a call without a valid bearer token", "procedure", what, "refused_total", n)
 	}
-	return false
+	return "", false
 }
 
-func authorized(header string, sums [][32]byte) bool {
+// authorized reports whether header carries one of the tokens whose
+// digests are sums, with the presented token's digest.
+func authorized(header string, sums [][32]byte) (got [32]byte, ok bool) {
 	const prefix = "Bearer "
 	if len(header) < len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
-		return false
+		return got, false
 	}
-	got := sha256.Sum256([]byte(header[len(prefix):]))
-	ok := 0
+	got = sha256.Sum256([]byte(header[len(prefix):]))
+	match := 0
 	for i := range sums {
-		ok |= subtle.ConstantTimeCompare(got[:], sums[i][:])
+		match |= subtle.ConstantTimeCompare(got[:], sums[i][:])
 	}
-	return ok == 1
+	return got, match == 1
 }

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"context"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -11,8 +12,9 @@ import (
 // are built from one slice per message type, so a 64-key reply costs a
 // handful of allocations, not hundreds.
 
-func callerOf(c *leasev1.Caller) Caller {
-	return Caller{SpenderID: c.GetSpenderId(), Epoch: c.GetEpoch(), Sequence: c.GetSequence()}
+// callerOf is a call's caller, with the credential its context carries.
+func callerOf(ctx context.Context, c *leasev1.Caller) Caller {
+	return Caller{SpenderID: c.GetSpenderId(), Epoch: c.GetEpoch(), Sequence: c.GetSequence(), Credential: credentialOf(ctx)}
 }
 
 func amountOf(a *leasev1.Amount) ration.Amount {

@@ -22,6 +22,12 @@ var (
 	ErrStaleEpoch = ledger.ErrStaleEpoch
 	// ErrEpochReleased: a call in an epoch Release has closed.
 	ErrEpochReleased = ledger.ErrEpochReleased
+	// ErrForeignSpender: a call under a spender id another credential's
+	// session holds (until it is released). Nothing changes.
+	ErrForeignSpender = ledger.ErrForeignSpender
+	// ErrResourceExhausted: the call would take its credential beyond its
+	// quota (WithQuota), wrapped in a *QuotaError. Nothing changes.
+	ErrResourceExhausted = ledger.ErrResourceExhausted
 
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("allocator: ledger closed")

@@ -2,11 +2,13 @@ package allocator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/bucket"
 )
@@ -28,6 +30,27 @@ type Ledger struct {
 	closed bool
 	st     *store      // nil: memory only
 	rep    *replicated // non-nil: a cluster member (NewReplicated); state and st are unused
+
+	// atQuota holds the credentials whose last Acquire or ReserveAhead was
+	// refused for their quota, until a sweep or a Release may have freed
+	// some: the Service refuses their calls before reading them (a flood
+	// past its quota then costs a header's check, not a 1,024-key decode).
+	atQuota sync.Map // credential -> struct{}
+}
+
+// noteQuota records that err refused a call of credential cred for its
+// quota (AtQuota reports it until a sweep or a Release).
+func (l *Ledger) noteQuota(cred string, err error) {
+	if errors.Is(err, ErrResourceExhausted) {
+		l.atQuota.Store(cred, struct{}{})
+	}
+}
+
+// AtQuota reports whether credential cred's last Acquire or ReserveAhead
+// was refused for its quota, with no sweep or Release since.
+func (l *Ledger) AtQuota(cred string) bool {
+	_, ok := l.atQuota.Load(cred)
+	return ok
 }
 
 // New returns a memory-only Ledger: nothing survives the process. Use Open
@@ -128,8 +151,13 @@ func (l *Ledger) Acquire(ctx context.Context, c Caller, keys []AcquireKey) (*Acq
 // acquire is Acquire returning the reply the ledger stores, which the
 // caller must not modify (the Service only reads it).
 func (l *Ledger) acquire(c Caller, keys []AcquireKey) (*AcquireReply, error) {
+	keys, err := heldLimits(l.cfg.keyLimits, keys, true, func(k *AcquireKey) (string, *ration.Limits) { return k.Key, &k.Limits })
+	if err != nil {
+		return nil, err
+	}
 	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.Acquire{Now: now, Caller: c, Keys: keys} })
 	if err != nil {
+		l.noteQuota(c.Credential, err)
 		return nil, err
 	}
 	return r.(*AcquireReply), nil
@@ -140,8 +168,13 @@ func (l *Ledger) acquire(c Caller, keys []AcquireKey) (*AcquireReply, error) {
 // adding it to the caller's holding; otherwise it reserves nothing. Errors
 // and retries as for Acquire.
 func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) (*ReserveReply, error) {
+	keys, err := heldLimits(l.cfg.keyLimits, keys, true, func(k *ReserveKey) (string, *ration.Limits) { return k.Key, &k.Limits })
+	if err != nil {
+		return nil, err
+	}
 	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.ReserveAhead{Now: now, Caller: c, Keys: keys} })
 	if err != nil {
+		l.noteQuota(c.Credential, err)
 		return nil, err
 	}
 	out := *r.(*ReserveReply)
@@ -154,12 +187,23 @@ func (l *Ledger) ReserveAhead(ctx context.Context, c Caller, keys []ReserveKey) 
 // holding of the caller's epoch and closes the epoch. Errors and retries as
 // for Acquire.
 func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*ReleaseReply, error) {
+	keys, err := heldLimits(l.cfg.keyLimits, keys, false, func(k *ReleaseKey) (string, *ration.Limits) { return k.Key, &k.Limits })
+	if err != nil {
+		return nil, err
+	}
 	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.Release{Now: now, Caller: c, Keys: keys} })
 	if err != nil {
 		return nil, err
 	}
+	l.atQuota.Clear() // leases it held are free
 	return &ReleaseReply{Returned: slices.Clone(r.(*ReleaseReply).Returned)}, nil
 }
+
+// sweepParts is how many commands one Sweep takes: each sweeps the keys
+// whose names hash to its part, so that a large state (a credential's
+// quota of keys going idle at once) never holds the ledger for long: calls
+// are applied between the parts.
+const sweepParts = 16
 
 // Sweep drops what holds no information at the clock's now: expired
 // holdings, keys with no holdings whose buckets are full again (they are
@@ -167,10 +211,25 @@ func (l *Ledger) Release(ctx context.Context, c Caller, keys []ReleaseKey) (*Rel
 // the retention. It returns the number of keys and sessions dropped. Call
 // it periodically (cmd/allocator does, every TTL).
 func (l *Ledger) Sweep(ctx context.Context) (keys, sessions int, err error) {
-	r, err := l.apply(func(now bucket.Instant) ledger.Command { return ledger.Sweep{Now: now} })
+	for part := range uint32(sweepParts) {
+		k, s, err := l.sweepPart(part)
+		keys, sessions = keys+k, sessions+s
+		if err != nil {
+			return keys, sessions, err
+		}
+	}
+	return keys, sessions, nil
+}
+
+// sweepPart sweeps part of sweepParts (see Sweep).
+func (l *Ledger) sweepPart(part uint32) (keys, sessions int, err error) {
+	r, err := l.apply(func(now bucket.Instant) ledger.Command {
+		return ledger.Sweep{Now: now, Part: part, Parts: sweepParts}
+	})
 	if err != nil {
 		return 0, 0, err
 	}
+	l.atQuota.Clear() // what it dropped may have freed some
 	sr := r.(*ledger.SweepReply)
 	return sr.Keys, sr.Sessions, nil
 }
@@ -205,4 +264,24 @@ func (l *Ledger) Close() error {
 		return l.st.close()
 	}
 	return nil
+}
+
+// heldLimits returns keys with each key's limits replaced by f's (nil f:
+// keys as they are; the caller's slice is not modified). A key f does not
+// know is an *InputError naming it if refuse is set, and otherwise gets no
+// limits (nothing is charged on it).
+func heldLimits[K any](f func(string) (ration.Limits, bool), keys []K, refuse bool, at func(*K) (string, *ration.Limits)) ([]K, error) {
+	if f == nil {
+		return keys, nil
+	}
+	out := slices.Clone(keys)
+	for i := range out {
+		name, lim := at(&out[i])
+		held, ok := f(name)
+		if !ok && refuse {
+			return nil, &InputError{Field: fmt.Sprintf("keys[%d].key", i), Reason: "not a key of the allocator's limits (-limits-file)"}
+		}
+		*lim = held
+	}
+	return out, nil
 }

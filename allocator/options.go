@@ -23,6 +23,8 @@ type config struct {
 	sharePolicy    SharePolicy
 	logger         *slog.Logger
 	retention      time.Duration
+	quota          Quota
+	keyLimits      func(key string) (ration.Limits, bool)
 	commitObserver func(time.Duration, error)
 	linger         time.Duration
 	hook           func(stage string) error                                       // tests: called inside every commit
@@ -34,7 +36,7 @@ type config struct {
 // ledgerConfig is the state machine's configuration: the same on every
 // member of a cluster.
 func (c config) ledgerConfig() ledger.Config {
-	return ledger.Config{TTL: c.ttl, Strict: c.strict, Policy: c.policy, SharePolicy: c.sharePolicy, Retention: c.retention}
+	return ledger.Config{TTL: c.ttl, Strict: c.strict, Policy: c.policy, SharePolicy: c.sharePolicy, Retention: c.retention, Quota: c.quota}
 }
 
 func defaultConfig() config {
@@ -74,6 +76,26 @@ func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.l
 // A retry older than this may be applied again (docs/allocator.md).
 func WithSessionRetention(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retention = d })
+}
+
+// WithQuota bounds what the calls of each credential (the TokenID of the
+// bearer token they came with, or "" without auth) may keep in the ledger:
+// q.Sessions spender ids, and q.Keys each of keys created, leases held and
+// key answers kept for retries. A call beyond it is refused with a
+// *QuotaError (ResourceExhausted) and changes nothing. Default: no bound (0
+// in a field: none). Every member of a cluster must use the same quota.
+func WithQuota(q Quota) Option { return optionFunc(func(c *config) { c.quota = q }) }
+
+// WithKeyLimits makes the allocator hold the fleet's limits: a lease call's
+// limits for a key f knows are replaced by f's, so that no caller can set
+// a key's limits (raise one to mint budget, or lower one to refuse the
+// other gateways); an Acquire or ReserveAhead naming a key f does not know
+// is refused (InvalidArgument naming keys[i].key, which the spender fails
+// alone), and a Release's debt on such a key is not charged. f must be
+// safe for concurrent use. Default: nil, each call's limits are followed
+// (docs/bound.md, "Rules for callers").
+func WithKeyLimits(f func(key string) (ration.Limits, bool)) Option {
+	return optionFunc(func(c *config) { c.keyLimits = f })
 }
 
 // WithCommitLinger sets the longest a group commit waits for more calls

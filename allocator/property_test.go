@@ -29,6 +29,13 @@ import (
 //     ledger's previous reply said the spender held, and 0 once that
 //     holding has expired.
 //
+// The model spenders call with the credential "h" (the network's auth
+// would stamp it). A hostile caller with the credential "x" sends, beside
+// them, debts, demands, spend rates, returns and holdings up to 2^50 and
+// releases; it takes no grant and admits nothing, so the bound must hold
+// with only the model spenders' debt; and its calls under a model
+// spender's id are refused and change nothing.
+//
 // The model spenders and the checks are package boundcheck's (the cluster's
 // property test uses them too); this file is the ledger they call. The
 // model spenders only use what replies they received told them; the
@@ -138,6 +145,7 @@ func (h *propHarness) Send(s *boundcheck.Spender, c *boundcheck.Call) (any, bool
 	}
 	var reply any
 	var err error
+	c.Caller.Credential = "h"
 	if c.Acquire != nil {
 		reply, err = h.l.Acquire(ctx, c.Caller, c.Acquire)
 	} else {
@@ -164,6 +172,7 @@ func (h *propHarness) Send(s *boundcheck.Spender, c *boundcheck.Call) (any, bool
 
 // Release releases a model spender's epoch.
 func (h *propHarness) Release(c Caller, keys []ReleaseKey) *ReleaseReply {
+	c.Credential = "h"
 	r, err := h.l.Release(ctx, c, keys)
 	if err != nil {
 		h.t.Fatalf("release: %v", err)
@@ -184,6 +193,13 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 			sp := h.m.Spenders()
 			return sp[rapid.IntRange(0, len(sp)-1).Draw(t, "who")]
 		}
+		hostile := Caller{SpenderID: "x", Epoch: 1, Credential: "x"}
+		wild := func(t *rapid.T, label string) ration.Amount {
+			pick := func() int64 {
+				return rapid.OneOf(rapid.Int64Range(0, 100), rapid.Just(int64(ration.MaxAmount))).Draw(t, label)
+			}
+			return ration.Amount{Requests: pick(), Tokens: pick()}
+		}
 		t.Repeat(map[string]func(*rapid.T){
 			"advance": func(t *rapid.T) {
 				h.m.Advance(time.Duration(rapid.Int64Range(0, 15_000).Draw(t, "ms")) * time.Millisecond)
@@ -199,13 +215,53 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 				}
 				before := dump(h.l)
 				k0 := boundcheck.Keys()[0]
-				_, err := h.l.Acquire(ctx, Caller{SpenderID: s.ID(), Epoch: s.Epoch(), Sequence: s.Applied() - 1},
+				_, err := h.l.Acquire(ctx, Caller{SpenderID: s.ID(), Epoch: s.Epoch(), Sequence: s.Applied() - 1, Credential: "h"},
 					[]AcquireKey{{Key: k0.Name, Limits: k0.Limits, Want: ration.Amount{Requests: 1, Tokens: 1}}})
 				if !errors.Is(err, ErrStaleSequence) {
 					t.Fatalf("reordered old call: %v, want stale sequence", err)
 				}
 				if dump(h.l) != before {
 					t.Fatal("stale call changed the ledger")
+				}
+			},
+			"hostile": func(t *rapid.T) {
+				var keys []AcquireKey
+				for _, k := range boundcheck.Keys() {
+					if rapid.Bool().Draw(t, "include") {
+						keys = append(keys, AcquireKey{Key: k.Name, Limits: k.Limits, SpendRate: wild(t, "rate"), Returned: wild(t, "returned"),
+							Held: wild(t, "held"), Debt: wild(t, "debt"), Demand: wild(t, "demand")})
+					}
+				}
+				if len(keys) == 0 {
+					return
+				}
+				hostile.Sequence++
+				if _, err := h.l.Acquire(ctx, hostile, keys); err != nil {
+					t.Fatalf("hostile acquire: %v", err)
+				}
+			},
+			"hostile release": func(t *rapid.T) {
+				k := boundcheck.Keys()[rapid.IntRange(0, boundcheck.NumKeys-1).Draw(t, "key")]
+				hostile.Sequence++
+				if _, err := h.l.Release(ctx, hostile, []ReleaseKey{{Key: k.Name, Limits: k.Limits, Returned: wild(t, "returned"), Debt: wild(t, "debt")}}); err != nil {
+					t.Fatalf("hostile release: %v", err)
+				}
+				hostile.Epoch, hostile.Sequence = hostile.Epoch+1, 0
+			},
+			"hostile under a spender's id": func(t *rapid.T) {
+				s := pick(t)
+				if s.Applied() == 0 {
+					return // no session yet: squatting a spender id is first come, first served (docs/bound.md)
+				}
+				k := boundcheck.Keys()[0]
+				before := dump(h.l)
+				_, err := h.l.Acquire(ctx, Caller{SpenderID: s.ID(), Epoch: s.Epoch() + uint64(rapid.IntRange(0, 1).Draw(t, "next")), Sequence: s.Applied() + 1, Credential: "x"},
+					[]AcquireKey{{Key: k.Name, Limits: k.Limits, Debt: wild(t, "debt")}})
+				if !errors.Is(err, ErrForeignSpender) {
+					t.Fatalf("a call under %s's id with another credential: %v", s.ID(), err)
+				}
+				if dump(h.l) != before {
+					t.Fatal("a refused call under another's id changed the ledger")
 				}
 			},
 			"release":         func(t *rapid.T) { h.m.Release(pick(t)) },

@@ -131,10 +131,16 @@ type proposal struct {
 
 // apply applies the command build makes through the log and returns its
 // reply. Bad input is refused here (ledger.Validate, the check the state
-// machine makes), so it costs no log entry and never shares one.
+// machine makes, at the clock's now: the entry's instant is no earlier), so
+// it costs no log entry and never shares one; so is a call the state would
+// refuse for its spender id or its credential's quota (FSM.Admit, against
+// this member's applied state: the state machine checks again).
 func (r *replicated) apply(build func(now bucket.Instant) ledger.Command) (any, error) {
-	cmd := build(0)
+	cmd := build(r.now())
 	if err := ledger.Validate(cmd); err != nil {
+		return nil, err
+	}
+	if err := r.node.FSM().Admit(cmd); errors.Is(err, ledger.ErrForeignSpender) || errors.Is(err, ledger.ErrResourceExhausted) {
 		return nil, err
 	}
 	p := &proposal{build: build, keys: keysOf(cmd)}

@@ -60,7 +60,7 @@ func NewService(l *Ledger, opts ...ServiceOption) *Service {
 func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	start := time.Now()
 	keys := acquireKeysOf(req)
-	r, err := s.l.acquire(callerOf(req.GetCaller()), keys)
+	r, err := s.l.acquire(callerOf(ctx, req.GetCaller()), keys)
 	if err != nil {
 		return nil, s.fail("Acquire", start, err)
 	}
@@ -73,7 +73,7 @@ func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*le
 func (s *Service) ReserveAhead(ctx context.Context, req *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
 	start := time.Now()
 	keys := reserveKeysOf(req)
-	r, err := s.l.ReserveAhead(ctx, callerOf(req.GetCaller()), keys)
+	r, err := s.l.ReserveAhead(ctx, callerOf(ctx, req.GetCaller()), keys)
 	if err != nil {
 		return nil, s.fail("ReserveAhead", start, err)
 	}
@@ -85,7 +85,7 @@ func (s *Service) ReserveAhead(ctx context.Context, req *leasev1.ReserveAheadReq
 // Release implements LeaseService.Release.
 func (s *Service) Release(ctx context.Context, req *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
 	start := time.Now()
-	r, err := s.l.Release(ctx, callerOf(req.GetCaller()), releaseKeysOf(req))
+	r, err := s.l.Release(ctx, callerOf(ctx, req.GetCaller()), releaseKeysOf(req))
 	if err != nil {
 		return nil, s.fail("Release", start, err)
 	}
@@ -116,6 +116,8 @@ func (s *Service) fail(method string, start time.Time, err error) error {
 //	ErrInvalidArgument (an *InputError)    InvalidArgument    "allocator: keys[3].want.tokens: ..."
 //	ErrStaleSequence, ErrSequenceReused,
 //	ErrStaleEpoch, ErrEpochReleased        FailedPrecondition  names spender, epoch, sequence
+//	ErrForeignSpender                      PermissionDenied    names the spender id
+//	ErrResourceExhausted (a *QuotaError)   ResourceExhausted   names the quota
 //	*NotLeaderError (a cluster member
 //	that is not the leader)                Unavailable         ErrorInfo NOT_LEADER, metadata leader = its API URL (when known)
 //	ErrOutcomeUnknown                      Unavailable         retry the same call
@@ -137,6 +139,10 @@ func codeOf(err error) *connect.Error {
 		return withDetail(connect.NewError(connect.CodeFailedPrecondition, err.Error()).WithCause(err), refusal(err))
 	case errors.Is(err, ErrInvalidArgument):
 		return connect.NewError(connect.CodeInvalidArgument, err.Error()).WithCause(err)
+	case errors.Is(err, ErrForeignSpender):
+		return connect.NewError(connect.CodePermissionDenied, err.Error()).WithCause(err)
+	case errors.Is(err, ErrResourceExhausted):
+		return connect.NewError(connect.CodeResourceExhausted, err.Error()).WithCause(err)
 	case errors.As(err, &nle):
 		msg := "allocator: not the leader; send the same call to the leader"
 		if nle.Unknown {

@@ -7,12 +7,15 @@ import (
 	"time"
 )
 
-// SweepEvery calls Sweep every interval until ctx ends, logging failures
-// to log (nil discards) and what was dropped at debug level. On a cluster
-// member that is not the leader the sweep is refused, quietly: a sweep is
-// a command like any other, applied through the leader. It blocks;
-// run it in its own goroutine and cancel ctx before Close. An interval of
-// 0 or less means the lease TTL.
+// SweepEvery sweeps everything every interval until ctx ends, one of
+// Sweep's parts at a time, evenly spread over the interval (so that what
+// goes idle together, such as a credential's quota of keys, is dropped, and
+// its quota freed, a part at a time), logging failures to log (nil
+// discards) and what was dropped at debug level. On a cluster member that
+// is not the leader the sweep is refused, quietly: a sweep is a command
+// like any other, applied through the leader. It blocks; run it in its own
+// goroutine and cancel ctx before Close. An interval of 0 or less means
+// the lease TTL.
 func (l *Ledger) SweepEvery(ctx context.Context, every time.Duration, log *slog.Logger) {
 	if every <= 0 {
 		every = l.TTL()
@@ -20,14 +23,14 @@ func (l *Ledger) SweepEvery(ctx context.Context, every time.Duration, log *slog.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := time.NewTicker(every)
+	t := time.NewTicker(max(every/sweepParts, time.Millisecond))
 	defer t.Stop()
-	for {
+	for part := uint32(0); ; part = (part + 1) % sweepParts {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			k, s, err := l.Sweep(ctx)
+			k, s, err := l.sweepPart(part)
 			switch {
 			case errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrOutcomeUnknown):
 				// A cluster member that is not the leader: the leader sweeps.

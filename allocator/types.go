@@ -28,6 +28,8 @@ type (
 	ProportionalShare = ledger.ProportionalShare
 	InputError        = ledger.InputError
 	StaleEpochError   = ledger.StaleEpochError
+	QuotaError        = ledger.QuotaError
+	Quota             = ledger.Quota
 )
 
 // DefaultShareHeadroom is the headroom of the default share policy.

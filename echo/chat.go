@@ -144,9 +144,8 @@ func (e *Engine) chat(w http.ResponseWriter, r *http.Request) {
 		e.refuse(w, r, err)
 		return
 	}
-	words := Words(prompt)
-	out, truncated := truncate(words, limit)
-	usage := newUsage(int64(len(words)), n*int64(len(out)))
+	out, count, truncated := reply(prompt, limit)
+	usage := newUsage(count, n*int64(len(out)))
 	id := responseID("chatcmpl-", body)
 	created := e.cfg.clock.Now().Unix()
 	finish := finishReason(truncated)

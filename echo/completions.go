@@ -80,10 +80,9 @@ func (e *Engine) completions(w http.ResponseWriter, r *http.Request) {
 	replies := make([]promptReply, len(prompts))
 	var usage Usage
 	for i, p := range prompts {
-		words := Words(p)
-		out, cut := truncate(words, limit)
-		replies[i] = promptReply{words: int64(len(words)), out: out, truncated: cut}
-		usage.PromptTokens += int64(len(words))
+		out, count, cut := reply(p, limit)
+		replies[i] = promptReply{words: count, out: out, truncated: cut}
+		usage.PromptTokens += count
 		usage.CompletionTokens += n * int64(len(out))
 	}
 	usage.TotalTokens = usage.PromptTokens + usage.CompletionTokens

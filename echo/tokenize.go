@@ -1,6 +1,9 @@
 package echo
 
-import "net/http"
+import (
+	"net/http"
+	"strings"
+)
 
 // tokenizeRequest takes the text as "text" (what spenderhttp's
 // TokenizeCounter sends), "prompt" (vLLM's /tokenize) or chat "messages".
@@ -41,10 +44,9 @@ func (e *Engine) tokenize(w http.ResponseWriter, r *http.Request) {
 		e.refuse(w, r, err)
 		return
 	}
-	words := Words(text)
-	ids := make([]int64, len(words))
-	for i, w := range words {
-		ids[i] = TokenID(w)
+	var ids []int64
+	for w := range strings.FieldsSeq(text) { // not a slice of every word besides
+		ids = append(ids, TokenID(w))
 	}
 	writeJSON(w, tokenizeAnswer{Count: int64(len(ids)), MaxModelLen: maxModelLen, Tokens: ids})
 }

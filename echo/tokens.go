@@ -35,13 +35,18 @@ func TokenID(word string) int64 {
 	return int64(h.Sum32() % VocabSize)
 }
 
-// truncate returns the first limit words (all of them when limit is 0)
-// and reports whether any were cut.
-func truncate(words []string, limit int64) ([]string, bool) {
-	if limit > 0 && int64(len(words)) > limit {
-		return words[:limit], true
+// reply returns the echo of text: its first limit words (all of them when
+// limit is 0), its word count, and whether the echo was cut. It holds only
+// the words it returns, so a long prompt answered with a few words costs
+// no slice of every word.
+func reply(text string, limit int64) (out []string, count int64, truncated bool) {
+	for w := range strings.FieldsSeq(text) {
+		if limit <= 0 || int64(len(out)) < limit {
+			out = append(out, w)
+		}
+		count++
 	}
-	return words, false
+	return out, count, limit > 0 && count > limit
 }
 
 // finishReason is "length" when the reply was cut at the max, else

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/spender/spenderhttp"
@@ -432,7 +433,33 @@ func parseKeys(data []byte) (*Keyring, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := src.utf8(0, int64(len(data)), -1, ""); err != nil { // the tables
+		return nil, err
+	}
 	return newKeyring(keys, t, src)
+}
+
+// utf8 refuses bytes that are not UTF-8 in data[from:to], part of entry
+// (or -1) with id, locating the first. The JSON decoder would replace each
+// with U+FFFD, silently turning one id into another.
+func (s *keysSource) utf8(from, to int64, entry int, id string) *KeysError {
+	b := s.data[from:to]
+	if utf8.Valid(b) {
+		return nil
+	}
+	off := 0
+	for off < len(b) {
+		r, n := utf8.DecodeRune(b[off:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		off += n
+	}
+	field := ""
+	if entry >= 0 {
+		field = fieldAt(s.data, from, from+int64(off))
+	}
+	return s.failAt(from+int64(off), entry, id, field, errors.New("bytes that are not UTF-8 (a JSON file is UTF-8; ids travel as protobuf strings)"))
 }
 
 // entries decodes the entries of the keys array dec is inside, and its
@@ -445,6 +472,9 @@ func (src *keysSource) entries(dec *json.Decoder) ([]Key, error) {
 		var k rawKey
 		if err := dec.Decode(&k); err != nil {
 			return nil, src.decodeError(i, k.ID, err)
+		}
+		if err := src.utf8(src.starts[i], dec.InputOffset(), i, k.ID); err != nil {
+			return nil, err
 		}
 		switch {
 		case k.RPM == nil:
@@ -618,15 +648,29 @@ func (s *keysSource) decodeError(i int, id string, err error) *KeysError {
 // starts at off, matched as encoding/json matches names (case folded;
 // the last one wins), and reports whether there is one.
 func fieldOffset(data []byte, off int64, field string) (int64, bool) {
-	return findField(data, off, func(name string) bool { return strings.EqualFold(name, field) })
+	return findField(data, off, func(name string, _ int64) bool { return strings.EqualFold(name, field) })
 }
 
 // fieldOffsetExact is fieldOffset with names compared exactly.
 func fieldOffsetExact(data []byte, off int64, field string) (int64, bool) {
-	return findField(data, off, func(name string) bool { return name == field })
+	return findField(data, off, func(name string, _ int64) bool { return name == field })
 }
 
-func findField(data []byte, off int64, match func(string) bool) (at int64, found bool) {
+// fieldAt returns the name of the field, in the object that starts at off,
+// whose name or value holds the byte at offset b ("" if none does).
+func fieldAt(data []byte, off, b int64) (field string) {
+	findField(data, off, func(name string, at int64) bool {
+		if at <= b {
+			field = name
+		}
+		return at <= b
+	})
+	return field
+}
+
+// findField returns the offset of the last field of the object at off
+// whose name (and the name's offset) match accepts.
+func findField(data []byte, off int64, match func(name string, at int64) bool) (at int64, found bool) {
 	if off < 0 || off >= int64(len(data)) {
 		return 0, false
 	}
@@ -640,7 +684,7 @@ func findField(data []byte, off int64, match func(string) bool) (at int64, found
 		if err != nil {
 			return at, found
 		}
-		if name, ok := tok.(string); ok && match(name) {
+		if name, ok := tok.(string); ok && match(name, start) {
 			at, found = start, true
 		}
 		if dec.Decode(new(json.RawMessage)) != nil {
@@ -714,6 +758,30 @@ func (kr *Keyring) Lookup(secret string) (Key, bool) {
 func (kr *Keyring) Principal(secret string) (spenderhttp.Principal, bool) {
 	e, ok := kr.bySecret[sha256.Sum256([]byte(secret))]
 	return e.p, ok
+}
+
+// Budgets returns every budget the keys define, by the id a gateway's
+// limiter leases it under (the key's id, and the ids principalOf gives its
+// tenant's, models' and per-day budgets), with its limits; an unlimited
+// budget is left out. An allocator holding these (cmd/allocator
+// -limits-file) answers every gateway's lease calls by them.
+func (kr *Keyring) Budgets() map[string]ration.Limits {
+	out := make(map[string]ration.Limits)
+	for _, e := range kr.bySecret {
+		p := e.p
+		if !p.Limits.Unlimited() {
+			out[p.KeyID] = p.Limits
+		}
+		for _, b := range p.Budgets {
+			out[b.Key] = b.Limits
+		}
+		for _, bs := range p.Models {
+			for _, b := range bs {
+				out[b.Key] = b.Limits
+			}
+		}
+	}
+	return out
 }
 
 // Len returns the number of keys.

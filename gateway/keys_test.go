@@ -128,6 +128,8 @@ func TestParseKeysLocatesMistakes(t *testing.T) {
 		{"missing comma", `"rpm": 1 "tpm": 0`, 5, 13, 1, "", "", `after object key:value pair`, ""},
 		{"duplicate id", `"rpm": 1, "tpm": 0, "id": "a"`, 5, 24, 1, "a", "id", "id also used by entry 0", ""},
 		{"secret with a space", `"rpm": 1, "tpm": 0, "key": "sk b"`, 5, 24, 1, "b", "key", "whitespace", "sk b"},
+		// Not rewritten to "bad\ufffd\ufffdid": refused at the first bad byte.
+		{"id not UTF-8", "\"rpm\": 1, \"tpm\": 0, \"id\": \"bad\xff\xfeid\"", 5, 34, 1, "bad\ufffd\ufffdid", "id", "bytes that are not UTF-8", ""},
 	}
 	for _, tt := range tests {
 		_, err := gateway.ParseKeys(strings.NewReader(fmt.Sprintf(file, tt.entry)))
@@ -158,6 +160,7 @@ func TestParseKeysLocatesMistakes(t *testing.T) {
 		{"\n  {\"key\": \"sk-a\"}", 2, 3, "not a JSON array"},
 		{"[\n]", 0, 0, "no keys"},
 		{"[{\"key\":\"sk-a\",\"id\":\"a\",\"rpm\":0,\"tpm\":0}]\n[]", 2, 1, "data after the JSON array"},
+		{"{\"keys\": [{\"key\":\"sk-a\",\"id\":\"a\",\"rpm\":0,\"tpm\":0}],\n \"tenants\": {\"t\xff\": {\"rpm\": 1}}}", 2, 16, "bytes that are not UTF-8"},
 	} {
 		_, err := gateway.ParseKeys(strings.NewReader(tt.file))
 		var ke *gateway.KeysError

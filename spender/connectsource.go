@@ -52,6 +52,8 @@ func WithTokenFile(path string) SourceOption {
 
 // WithHTTPClient sets the HTTP client. The default speaks HTTP/2: over
 // cleartext (prior knowledge, h2c) for an http:// URL, over TLS for https://.
+// Its transport, cookie jar and timeout are used; its CheckRedirect is not:
+// DialAllocator follows no redirect.
 func WithHTTPClient(hc *http.Client) SourceOption {
 	return sourceOptionFunc(func(c *sourceConfig) error { c.client = hc; return nil })
 }
@@ -103,7 +105,8 @@ func WithSourceLogger(l *slog.Logger) SourceOption {
 // NOT_LEADER (ration.ReasonNotLeader) with the leader's URL: the source
 // sends the same request there at once, in the same attempt, at most twice
 // per attempt, and only to a listed member (compared by scheme, host and
-// port; the bearer token goes to no other host). Otherwise (no leader
+// port; the bearer token goes to no other host, and an HTTP redirect is
+// never followed: it fails the attempt). Otherwise (no leader
 // named, a URL not in the list, a member that cannot be reached or does
 // not answer within the attempt) the attempt fails with that error and
 // the next one starts at the next member. While no member serves, the
@@ -131,13 +134,14 @@ func DialAllocator(baseURLs string, opts ...SourceOption) (LeaseSource, error) {
 		}
 		hc = &http.Client{Transport: &http.Transport{Protocols: p}}
 	}
+	tr := hc.Transport
 	if cfg.token != "" {
-		base := hc.Transport
-		if base == nil {
-			base = http.DefaultTransport
+		if tr == nil {
+			tr = http.DefaultTransport
 		}
-		hc = &http.Client{Transport: bearer{token: cfg.token, next: base}, Timeout: hc.Timeout}
+		tr = bearer{token: cfg.token, next: tr}
 	}
+	hc = &http.Client{Transport: tr, Jar: hc.Jar, Timeout: hc.Timeout, CheckRedirect: refuseRedirect}
 	var topts []connecthttp.Option
 	if cfg.protocol != nil {
 		topts = append(topts, cfg.protocol)
@@ -153,6 +157,15 @@ func DialAllocator(baseURLs string, opts ...SourceOption) (LeaseSource, error) {
 	}
 	f.metrics.members(keys)
 	return f, nil
+}
+
+// refuseRedirect is the client's CheckRedirect: an HTTP redirect is never
+// followed. The bearer RoundTripper adds the token to every request, a
+// redirected one included, so following one would send the token to a
+// host nobody listed; a cluster names its leader in NOT_LEADER instead,
+// which the follower checks against the list.
+func refuseRedirect(r *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("spender: the allocator answered with a redirect to %s, which is not followed: the bearer token goes only to the listed allocator URLs", r.URL.Host)
 }
 
 // bearer adds the Authorization header to every request.

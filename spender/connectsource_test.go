@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/internal/testkit"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -82,5 +85,31 @@ func TestDialAllocator(t *testing.T) {
 	}
 	if _, err := spender.DialAllocator(base, spender.WithTokenFile(filepath.Join(t.TempDir(), "missing"))); err == nil {
 		t.Error("a missing token file was accepted")
+	}
+}
+
+// TestDialAllocatorFollowsNoRedirect: an allocator URL that answers 307
+// to another host (a fake or misconfigured allocator) fails the call with
+// an error naming the redirect, and the other host never sees a request,
+// so the bearer token goes nowhere but the listed URL.
+func TestDialAllocatorFollowsNoRedirect(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := testkit.H2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		http.Error(w, "should not be reached", http.StatusTeapot)
+	}))
+	fake := testkit.H2C(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	}))
+	src, err := spender.DialAllocator(fake, spender.WithToken("s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = src.Acquire(context.Background(), &leasev1.AcquireRequest{})
+	if err == nil || !strings.Contains(err.Error(), "redirect") || !strings.Contains(err.Error(), "not followed") {
+		t.Fatalf("Acquire against a redirecting URL = %v, want an error saying the redirect is not followed", err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Fatalf("the host redirected to got %d requests", n)
 	}
 }

@@ -177,7 +177,7 @@ func (d *driver) close(ctx context.Context) error {
 		return nil
 	}
 	req := d.lz.release(d.l.now())
-	if err := d.lz.ready(); errors.Is(err, ErrDuplicateSpender) {
+	if err := d.lz.ready(); errors.Is(err, ErrDuplicateSpender) || errors.Is(err, ErrSpenderRefused) {
 		return fmt.Errorf("spender: leases not returned (they expire at the allocator): %w", err)
 	}
 	backoff := 10 * time.Millisecond

@@ -89,7 +89,10 @@ func TestRestartBelowAnOlderEpochTakesOver(t *testing.T) {
 		alloc := newAllocator(t, clk)
 		lim := ration.Limits{RPM: 600, TPM: 600_000}
 		one := ration.Amount{Requests: 1, Tokens: 100}
-		dead := newLimiter(t, clk, spender.WithLeases(alloc), spender.WithSpenderID("gw"), spender.WithEpoch(1<<62), testTuning(time.Second))
+		// An epoch an hour past the clock, in ns since the Unix epoch (a
+		// day past it would be refused: TestEpochAheadStopsTheSpender).
+		dead := newLimiter(t, clk, spender.WithLeases(alloc), spender.WithSpenderID("gw"),
+			spender.WithEpoch(uint64(clk.Now().Add(time.Hour).UnixNano())), testTuning(time.Second))
 		if _, err := dead.Reserve(t.Context(), "a", lim, one); err != nil {
 			t.Fatal(err)
 		}
@@ -125,4 +128,38 @@ func TestRestartBelowAnOlderEpochTakesOver(t *testing.T) {
 // testLogger logs text lines, every level, to w.
 func testLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestEpochAheadStopsTheSpender: a spender whose epoch is more than a day
+// past the allocator's clock is refused with the field caller.epoch; it
+// stops calling (rather than asking again at once, for ever), answers
+// from its fallback policy (its share's bucket starts empty: a 429 at
+// first) and reports ErrSpenderRefused from Ready.
+func TestEpochAheadStopsTheSpender(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var clk bubbleClock
+		alloc := newAllocator(t, clk)
+		logs := &testkit.SyncBuffer{}
+		l := newLimiter(t, clk, spender.WithLeases(alloc), spender.WithSpenderID("gw"), testTuning(time.Second),
+			spender.WithEpoch(uint64(clk.Now().Add(48*time.Hour).UnixNano())), spender.WithLogger(testLogger(logs)))
+		lim := ration.Limits{RPM: 600}
+		for i := range 3 {
+			r, err := l.Reserve(t.Context(), "k", lim, ration.Amount{Requests: 1})
+			if err == nil && spender.AdmissionPath(r) != spender.PathFallback || err != nil && !errors.Is(err, spender.ErrRateLimited) {
+				t.Fatalf("request %d: %v, want the fallback policy's answer", i, err)
+			}
+			clk.Advance(time.Second)
+		}
+		if err := l.Ready(); !errors.Is(err, spender.ErrSpenderRefused) {
+			t.Fatalf("Ready = %v, want ErrSpenderRefused", err)
+		}
+		if n := strings.Count(logs.String(), "refuses our epoch"); n != 1 {
+			t.Fatalf("%d refusals logged, want 1:\n%s", n, logs)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := l.Close(ctx); !errors.Is(err, spender.ErrSpenderRefused) {
+			t.Errorf("Close = %v, want ErrSpenderRefused", err)
+		}
+	})
 }

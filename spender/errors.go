@@ -48,6 +48,13 @@ var (
 	// serves its leases, then its fallback policy, until it is closed.
 	ErrDuplicateSpender = errors.New("spender: another live process uses this spender id")
 
+	// ErrSpenderRefused is returned by Ready and Close of a leased Limiter
+	// whose epoch the allocator refuses: more than a day past the
+	// allocator's clock (ration.MaxEpochAhead), read as nanoseconds since
+	// the Unix epoch. The Limiter stops calling the allocator, as for
+	// ErrDuplicateSpender.
+	ErrSpenderRefused = errors.New("spender: the allocator refuses this spender's epoch")
+
 	// ErrClosed is returned by Flush and by the calls of a leased Limiter
 	// after Close.
 	ErrClosed = errors.New("spender: limiter closed")

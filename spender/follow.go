@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"connectrpc.com/connect/v2"
 
+	"github.com/rationhq/ration/internal/memberurl"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
@@ -38,7 +38,7 @@ const maxRedirects = 2
 // It is safe for concurrent use (several Limiters may share one).
 type follower struct {
 	members []member
-	index   map[string]int // members' keys (memberKey) to their index
+	index   map[string]int // members' keys (memberurl.Key) to their index
 
 	// next is the member a call is sent to first: the last one that
 	// answered, or the one after the first member of a call that failed.
@@ -54,7 +54,7 @@ type follower struct {
 
 // member is one allocator the follower may call.
 type member struct {
-	url    string // the member's key (memberKey): for logs, metrics and matching
+	url    string // the member's key (memberurl.Key): for logs, metrics and matching
 	client leasev1connect.LeaseServiceClient
 }
 
@@ -136,13 +136,13 @@ func (f *follower) redirect(i int, err error, hops int) int {
 	return j
 }
 
-// lookup finds the member whose URL is raw, compared as memberKey does.
+// lookup finds the member whose URL is raw, compared as memberurl.Key does.
 func (f *follower) lookup(raw string) (int, bool) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return 0, false
 	}
-	i, ok := f.index[memberKey(u)]
+	i, ok := f.index[memberurl.Key(u)]
 	return i, ok
 }
 
@@ -201,7 +201,7 @@ func parseMembers(list string) (bases, keys []string, err error) {
 		if len(bases) > 0 && !strings.HasPrefix(keys[0], u.Scheme+"://") {
 			return nil, nil, fmt.Errorf("spender: allocator URLs %q: every member must use the same scheme", list)
 		}
-		key := memberKey(u)
+		key := memberurl.Key(u)
 		for _, k := range keys {
 			if k == key {
 				return nil, nil, fmt.Errorf("spender: allocator URLs %q: %s is listed twice", list, key)
@@ -210,19 +210,4 @@ func parseMembers(list string) (bases, keys []string, err error) {
 		bases, keys = append(bases, strings.TrimSuffix(raw, "/")), append(keys, key)
 	}
 	return bases, keys, nil
-}
-
-// memberKey is the form in which a member's URL is compared with the
-// leader URL a member names: scheme, lower-case host, port (the scheme's
-// default when absent) and path without a trailing slash; no user
-// information (it names the member in logs and metrics).
-func memberKey(u *url.URL) string {
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-	}
-	return u.Scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port) + strings.TrimSuffix(u.EscapedPath(), "/")
 }

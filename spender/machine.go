@@ -55,7 +55,7 @@ type leaser struct {
 	rng      *rand.Rand
 	notify   func() // the driver's wake-up, called when something is queued; nil for none
 	answered bool   // a call was answered in the current epoch
-	dup      error  // another live process uses our id: no more calls (ErrDuplicateSpender)
+	dup      error  // the allocator will not take our calls (ErrDuplicateSpender, ErrSpenderRefused): no more calls
 	down     error  // while fallback is on: the failure that turned it on
 
 	fallback  atomic.Bool    // the allocator counts as unreachable
@@ -333,6 +333,13 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 			lz.rejectKeyLocked(c, i, reason, now)
 			return
 		}
+		if refusedField(err) == "caller.epoch" {
+			// Our epoch is too far past the allocator's clock (ours runs
+			// ahead, or WithEpoch chose it): every call would be refused.
+			lz.stopLocked(c, now, fmt.Errorf("%w: epoch %d: %w", ErrSpenderRefused, lz.epoch, err),
+				"spender: the allocator refuses our epoch (is this clock a day ahead of the allocator's?); no more allocator calls from this one (leases, then the fallback policy)")
+			return
+		}
 		lz.dropLocked(c, now, "spender: allocator rejected a call; not retrying", err)
 		return
 	case connect.CodeFailedPrecondition:
@@ -444,12 +451,19 @@ func (lz *leaser) rejectKeyLocked(c *leaseCall, i int, reason string, now bucket
 // turn; this one serves its leases, then its fallback policy, and reports
 // the duplicate in Ready and Close.
 func (lz *leaser) duplicateLocked(c *leaseCall, now bucket.Instant, latest uint64, err error) {
-	lz.dup = fmt.Errorf("%w: id %q is in epoch %d at the allocator, ours is %d; give every process its own id",
-		ErrDuplicateSpender, lz.id, latest, lz.epoch)
+	lz.stopLocked(c, now, fmt.Errorf("%w: id %q is in epoch %d at the allocator, ours is %d; give every process its own id: %w",
+		ErrDuplicateSpender, lz.id, latest, lz.epoch, err),
+		"spender: another live process uses our spender id; no more allocator calls from this one (leases, then the fallback policy)")
+}
+
+// stopLocked stops the machine's calls for good (with lz.mu held, which it
+// releases), for the reason stop, which Ready and Close report: retrying
+// cannot help. It logs msg, serves the leases, then the fallback policy.
+func (lz *leaser) stopLocked(c *leaseCall, now bucket.Instant, stop error, msg string) {
+	lz.dup = stop
 	lz.call = nil
 	lz.mu.Unlock()
-	lz.log.Error("spender: another live process uses our spender id; no more allocator calls from this one (leases, then the fallback policy)",
-		"spender_id", lz.id, "epoch", lz.epoch, "allocator_epoch", latest, "err", err)
+	lz.log.Error(msg, "spender_id", lz.id, "epoch", lz.epoch, "err", stop)
 	lz.giveUp(c, now)
 	lz.setFallback(true, lz.dup)
 	lz.checkFlushes()

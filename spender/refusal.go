@@ -37,6 +37,17 @@ func refusedKey(err error, n int) (i int, reason string, ok bool) {
 	return 0, "", false
 }
 
+// refusedField is the field an InvalidArgument refusal names first ("" if
+// it names none).
+func refusedField(err error) string {
+	for _, m := range details(err) {
+		if br, ok := m.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) > 0 {
+			return br.GetFieldViolations()[0].GetField()
+		}
+	}
+	return ""
+}
+
 // refusedEpoch reads a FailedPrecondition refusal: ok when the call's
 // epoch is stale, with the latest epoch the allocator has seen for our id.
 func refusedEpoch(err error) (latest uint64, ok bool) {

@@ -150,6 +150,16 @@ func (f *FSM) Apply(l *raft.Log) any {
 	return res
 }
 
+// Admit returns the error applying cmd would return from the state's
+// checks of its spender id, exactly-once record and quota
+// (ledger.State.Admit), without applying it: a leader refuses such calls
+// before they take log space.
+func (f *FSM) Admit(cmd ledger.Command) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state.Admit(cmd)
+}
+
 // clampNow returns c as the FSM applies it, at max(c's Now, floor), with
 // that instant; floor is the latest Now applied before c. This is the one
 // place the rule lives: the applied Now never goes back, even when a new

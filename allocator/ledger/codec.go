@@ -154,7 +154,12 @@ const (
 	flagTokFull             // the token level is written as full - level
 	flagWindow              // the limits' window follows them, in seconds (absent: a minute)
 	flagShares              // every holding carries its share fields (absent: none has a share or a demand)
+	flagOwner               // the credential that created the key follows the flags (absent: none known)
+	flagOwed                // every holding carries what it owes (absent: none owes)
 )
+
+// MaxCredentialLen bounds Caller.Credential, in bytes.
+const MaxCredentialLen = 64
 
 // decimal writes v >= 0 as mantissa<<4 | exponent (v = mantissa * 10^exponent).
 func (e *enc) decimal(v int64) {
@@ -233,10 +238,18 @@ func appendKey(b []byte, k *keyState) []byte {
 	for i := range k.holds {
 		if h := &k.holds[i]; !h.share.Zero() || h.demand != (ration.Amount{}) {
 			flags |= flagShares
-			break
+		}
+		if k.holds[i].owed != (ration.Amount{}) {
+			flags |= flagOwed
 		}
 	}
+	if k.owner != nil && k.owner.cred != "" {
+		flags |= flagOwner
+	}
 	e.byte(flags)
+	if flags&flagOwner != 0 {
+		e.str(k.owner.cred)
+	}
 	e.decimal(k.lim.RPM)
 	e.decimal(k.lim.TPM)
 	e.decimal(k.lim.BurstRequests)
@@ -280,6 +293,9 @@ func appendKey(b []byte, k *keyState) []byte {
 			e.amount(h.accrued)
 			e.amount(h.growTo)
 		}
+		if flags&flagOwed != 0 {
+			e.amount(h.owed)
+		}
 	}
 	return e.b
 }
@@ -292,6 +308,10 @@ func decodeKey(b []byte) (*keyState, error) {
 	}
 	k := &keyState{}
 	flags := d.byte()
+	if flags&flagOwner != 0 {
+		// A placeholder State.recount replaces with the credential's usage.
+		k.owner = &usage{cred: d.str(MaxCredentialLen)}
+	}
 	if flags&flagFresh != 0 {
 		k.fresh = true
 		k.emptyFrom = bucket.Instant(d.i())
@@ -372,6 +392,9 @@ func decodeKey(b []byte) (*keyState, error) {
 			h.shareFrom = bucket.Instant(d.i()) + base
 			h.accrued, h.growTo = d.amount(), d.amount()
 		}
+		if flags&flagOwed != 0 {
+			h.owed = d.amount()
+		}
 		k.holds = append(k.holds, h)
 	}
 	if err := d.done(); err != nil {
@@ -379,6 +402,12 @@ func decodeKey(b []byte) (*keyState, error) {
 	}
 	return k, nil
 }
+
+// The flags byte of a session record.
+const (
+	sessionReleased   = 1 << iota // Release closed the epoch
+	sessionCredential             // the credential the session belongs to follows (absent: none)
+)
 
 // appendSession appends s's record to b.
 func appendSession(b []byte, s *session) []byte {
@@ -388,10 +417,16 @@ func appendSession(b []byte, s *session) []byte {
 	e.u(s.seq)
 	e.b = binary.LittleEndian.AppendUint64(e.b, uint64(s.digest))
 	e.byte(byte(s.kind))
+	var flags byte
 	if s.released {
-		e.byte(1)
-	} else {
-		e.byte(0)
+		flags |= sessionReleased
+	}
+	if s.use != nil && s.use.cred != "" {
+		flags |= sessionCredential
+	}
+	e.byte(flags)
+	if flags&sessionCredential != 0 {
+		e.str(s.use.cred)
 	}
 	e.i(int64(s.seen))
 	switch r := s.reply.(type) {
@@ -450,7 +485,16 @@ func decodeSession(b []byte) (*session, error) {
 	s.digest = digest(binary.LittleEndian.Uint64(d.b))
 	d.b = d.b[8:]
 	s.kind = callKind(d.byte())
-	s.released = d.byte() == 1
+	flags := d.byte()
+	s.released = flags&sessionReleased != 0
+	// A placeholder State.recount replaces with the credential's usage.
+	s.use = &usage{}
+	if flags&sessionCredential != 0 {
+		s.use.cred = d.str(MaxCredentialLen)
+	}
+	if flags&^(sessionReleased|sessionCredential) != 0 {
+		d.fail()
+	}
 	s.seen = bucket.Instant(d.i())
 	switch s.kind {
 	case kindAcquire:

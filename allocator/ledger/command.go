@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
@@ -20,8 +21,9 @@ import (
 // (a key over ration.MaxKeyLen bytes, a spender id over
 // ration.MaxSpenderIDLen, more than ration.MaxBatch keys), so that nothing
 // encoded fails to decode; Apply would refuse those commands anyway. An
-// empty key list decodes as nil.
-const commandVersion = 1
+// empty key list decodes as nil. Version 2 added the caller's credential;
+// a version 1 command decodes with none.
+const commandVersion = 2
 
 // Command kinds, the byte after the version.
 const (
@@ -82,6 +84,8 @@ func EncodeCommand(cmd Command) ([]byte, error) {
 	case Sweep:
 		e.byte(cmdSweep)
 		e.i(int64(c.Now))
+		e.u(uint64(c.Part))
+		e.u(uint64(c.Parts))
 	default:
 		return nil, fmt.Errorf("allocator: encode command: unknown command %T", cmd)
 	}
@@ -107,6 +111,9 @@ func encodableKeys(c Caller, n int, keyAt func(i int) string) error {
 	if len(c.SpenderID) > ration.MaxSpenderIDLen {
 		return inputErr("caller.spender_id", "%d bytes, at most %d", len(c.SpenderID), ration.MaxSpenderIDLen)
 	}
+	if len(c.Credential) > MaxCredentialLen {
+		return inputErr("caller.credential", "%d bytes, at most %d", len(c.Credential), MaxCredentialLen)
+	}
 	if n > ration.MaxBatch {
 		return inputErr("keys", "%d entries, at most %d", n, ration.MaxBatch)
 	}
@@ -122,6 +129,7 @@ func (e *enc) caller(c Caller) {
 	e.str(c.SpenderID)
 	e.u(c.Epoch)
 	e.u(c.Sequence)
+	e.str(c.Credential)
 }
 
 func (e *enc) limits(l ration.Limits) {
@@ -132,8 +140,13 @@ func (e *enc) limits(l ration.Limits) {
 	e.dur(l.Window)
 }
 
-func (d *dec) caller() Caller {
-	return Caller{SpenderID: d.str(ration.MaxSpenderIDLen), Epoch: d.u(), Sequence: d.u()}
+// caller reads a command's caller; version 1 had no credential.
+func (d *dec) caller(version byte) Caller {
+	c := Caller{SpenderID: d.str(ration.MaxSpenderIDLen), Epoch: d.u(), Sequence: d.u()}
+	if version >= 2 {
+		c.Credential = d.str(MaxCredentialLen)
+	}
+	return c
 }
 
 func (d *dec) limits() ration.Limits {
@@ -149,7 +162,8 @@ func (d *dec) anyAmount() ration.Amount { return ration.Amount{Requests: d.i(), 
 // is an error; it never panics.
 func DecodeCommand(b []byte) (Command, error) {
 	d := &dec{b: b}
-	if v := d.byte(); d.err == nil && v != commandVersion {
+	v := d.byte()
+	if d.err == nil && (v == 0 || v > commandVersion) {
 		return nil, fmt.Errorf("allocator: command version %d: %w", v, errBadCommand)
 	}
 	kind := d.byte()
@@ -157,7 +171,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	var cmd Command
 	switch kind {
 	case cmdAcquire:
-		c := Acquire{Now: now, Caller: d.caller()}
+		c := Acquire{Now: now, Caller: d.caller(v)}
 		if n := d.count(ration.MaxBatch); n > 0 {
 			c.Keys = make([]AcquireKey, n)
 			for i := range c.Keys {
@@ -171,7 +185,7 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 		cmd = c
 	case cmdReserve:
-		c := ReserveAhead{Now: now, Caller: d.caller()}
+		c := ReserveAhead{Now: now, Caller: d.caller(v)}
 		if n := d.count(ration.MaxBatch); n > 0 {
 			c.Keys = make([]ReserveKey, n)
 			for i := range c.Keys {
@@ -183,7 +197,7 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 		cmd = c
 	case cmdRelease:
-		c := Release{Now: now, Caller: d.caller()}
+		c := Release{Now: now, Caller: d.caller(v)}
 		if n := d.count(ration.MaxBatch); n > 0 {
 			c.Keys = make([]ReleaseKey, n)
 			for i := range c.Keys {
@@ -195,7 +209,15 @@ func DecodeCommand(b []byte) (Command, error) {
 		}
 		cmd = c
 	case cmdSweep:
-		cmd = Sweep{Now: now}
+		c := Sweep{Now: now}
+		if v >= 2 {
+			part, parts := d.u(), d.u()
+			if part > math.MaxUint32 || parts > math.MaxUint32 {
+				d.fail()
+			}
+			c.Part, c.Parts = uint32(part), uint32(parts)
+		}
+		cmd = c
 	default:
 		d.fail()
 	}

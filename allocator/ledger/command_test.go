@@ -30,6 +30,7 @@ func commandCases() []struct {
 			Demand: ration.Amount{Requests: 11, Tokens: 12},
 		}}}},
 		{"acquire no keys", Acquire{Now: 1, Caller: caller}},
+		{"acquire with a credential", Acquire{Now: 1, Caller: Caller{SpenderID: "gw", Epoch: 1, Sequence: 2, Credential: strings.Repeat("c", MaxCredentialLen)}}},
 		{"acquire invalid values kept", Acquire{Now: -5, Caller: Caller{}, Keys: []AcquireKey{
 			{Key: "", Limits: ration.Limits{RPM: -1, TPM: math.MaxInt64, Window: -time.Second}, Want: ration.Amount{Requests: -1, Tokens: math.MinInt64}},
 			{Key: "", Demand: ration.Amount{Requests: math.MaxInt64}},
@@ -45,6 +46,7 @@ func commandCases() []struct {
 		}}},
 		{"release no keys", Release{Now: 4, Caller: caller}},
 		{"sweep", Sweep{Now: 1_800_000_000_000_000}},
+		{"sweep a part", Sweep{Now: 1_800_000_000_000_000, Part: 3, Parts: 16}},
 		{"sweep zero", Sweep{}},
 	}
 }
@@ -67,6 +69,28 @@ func TestCommandRoundTrip(t *testing.T) {
 				t.Fatalf("round trip:\n got %#v\nwant %#v", got, tc.cmd)
 			}
 		})
+	}
+}
+
+// TestCommandVersion1: a command of the format before credentials decodes
+// with none.
+func TestCommandVersion1(t *testing.T) {
+	e := enc{}
+	e.byte(1)
+	e.byte(cmdAcquire)
+	e.i(5)
+	e.str("gw")
+	e.u(3)
+	e.u(4)
+	e.u(0) // no keys
+	got, err := DecodeCommand(e.b)
+	want := Acquire{Now: 5, Caller: Caller{SpenderID: "gw", Epoch: 3, Sequence: 4}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 1 = %#v, %v; want %#v", got, err, want)
+	}
+	e.b[0] = commandVersion + 1
+	if _, err := DecodeCommand(e.b); err == nil {
+		t.Fatal("a later version decoded")
 	}
 }
 

@@ -30,7 +30,31 @@ var (
 	// ErrEpochReleased is returned for a call in an epoch that Release has
 	// closed. Nothing changes.
 	ErrEpochReleased = errors.New("epoch released")
+
+	// ErrForeignSpender is returned for a call under a spender id whose
+	// session another credential created (and has not released). Nothing
+	// changes.
+	ErrForeignSpender = errors.New("spender id belongs to another credential")
+
+	// ErrResourceExhausted is returned (wrapped in a *QuotaError) when a
+	// call would take its credential beyond Config.Quota. Nothing changes.
+	ErrResourceExhausted = errors.New("resource exhausted")
 )
+
+// QuotaError is ErrResourceExhausted naming the quota: what the call would
+// have raised its credential's count of to beyond the limit.
+type QuotaError struct {
+	What  string // "sessions", "keys", "leases" or "stored answers"
+	Limit int    // the quota
+}
+
+// Error returns "<what> of this credential at the quota (N)".
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("%v: the call would take this credential's %s beyond its quota of %d", ErrResourceExhausted, e.What, e.Limit)
+}
+
+// Unwrap returns ErrResourceExhausted.
+func (e *QuotaError) Unwrap() error { return ErrResourceExhausted }
 
 // StaleEpochError is ErrStaleEpoch with the latest epoch the allocator has
 // seen for the spender id. A spender that has had no call answered in its

@@ -21,8 +21,15 @@ type holding struct {
 	epoch   uint64
 	lastSeq uint64         // the last sequence applied to this key for (spender, epoch)
 	held    ration.Amount  // counted as held; only the ledger's upper bound of the truth
-	rate    ration.Amount  // spend per minute last reported
+	rate    ration.Amount  // spend per minute last reported, at most what the key can use in a minute
 	expiry  bucket.Instant // the holding stops counting at this instant
+	use     *usage         // its spender's credential's (Quota)
+	// owed is the debt this holding reported that took the key's level
+	// below zero, per dimension, until the level is back at zero (touch
+	// forgets it): meanwhile no holding of its credential gets a refill
+	// share, so the refill pays the debt first, while other credentials'
+	// shares go on (docs/bound.md, "Rules for callers").
+	owed ration.Amount
 
 	// A refill share (share.go): held grows by the share's accrual, counted
 	// from shareFrom and rounded up, while it is below growTo.
@@ -42,6 +49,18 @@ type keyState struct {
 	holds     []holding      // unexpired as of the last touch (expired ones dropped lazily)
 	emptyFrom bucket.Instant // != 0: state was lost; buckets start empty at this instant
 	fresh     bool           // buckets not created yet (lim unknown)
+	owner     *usage         // the credential whose call created the key (Quota); nil: none known
+	hash      uint32         // nameHash of the key's name: its part of a partial Sweep
+}
+
+// nameHash is FNV-1a (32-bit) of a key's name, which picks its part of a
+// partial Sweep: derived from the name alone, so the same on every replica.
+func nameHash(name string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint32(name[i])) * 16777619
+	}
+	return h
 }
 
 // setLimits makes the buckets follow l: a dimension that becomes limited
@@ -165,6 +184,7 @@ func (k *keyState) touch(now bucket.Instant, ttl time.Duration, strict bool) {
 	k.accrue(now)
 	k.enforceCap(ttl, strict)
 	k.expire(now)
+	k.settleDebts()
 }
 
 // advance refills the buckets to now at the rate the refill shares leave
@@ -189,9 +209,23 @@ func (k *keyState) anyExpired(now bucket.Instant) bool {
 	return false
 }
 
-// expire drops holdings whose expiry is at or before now.
+// expire drops holdings whose expiry is at or before now, uncounting
+// them. (A loop, not dropHoldings: touch runs it on every key a call names,
+// and a closure there cost an allocation per key.)
 func (k *keyState) expire(now bucket.Instant) {
-	k.holds = slices.DeleteFunc(k.holds, func(h holding) bool { return h.expiry <= now })
+	n := 0
+	for i := range k.holds {
+		if h := &k.holds[i]; h.expiry <= now {
+			if h.use != nil {
+				h.use.leases--
+			}
+			continue
+		}
+		k.holds[n] = k.holds[i]
+		n++
+	}
+	clear(k.holds[n:])
+	k.holds = k.holds[:n]
 }
 
 // enforceCap keeps level + potential holdings <= capK in each dimension by
@@ -264,12 +298,13 @@ func (k *keyState) find(spender string, epoch uint64) int {
 }
 
 // holdingFor returns the index of (spender, epoch)'s holding, adding an
-// empty one expiring at now if there is none.
-func (k *keyState) holdingFor(spender string, epoch uint64, now bucket.Instant) int {
+// empty one expiring at now, counted against use, if there is none.
+func (k *keyState) holdingFor(spender string, epoch uint64, use *usage, now bucket.Instant) int {
 	if i := k.find(spender, epoch); i >= 0 {
 		return i
 	}
-	k.holds = append(k.holds, holding{spender: spender, epoch: epoch, expiry: now})
+	use.leases++
+	k.holds = append(k.holds, holding{spender: spender, epoch: epoch, expiry: now, use: use})
 	return len(k.holds) - 1
 }
 
@@ -284,9 +319,30 @@ func give(d *dim, held *int64, n int64) int64 {
 	return n
 }
 
-func charge(d *dim, n int64) {
-	if d.on && n > 0 {
-		d.b.Take(n) // advanced in touch
+// charge takes a reported debt of n from d's bucket, even below zero, and
+// records it as owed by the holding when it takes the level below zero.
+func charge(d *dim, owed *int64, n int64) {
+	if !d.on || n <= 0 {
+		return
+	}
+	d.b.Take(n) // advanced in touch
+	if level, _ := d.b.Level(); level < 0 {
+		*owed = min(satAdd(*owed, n), ration.MaxAmount)
+	}
+}
+
+// settleDebts forgets what holdings owe in each dimension whose level is
+// back at zero or above: the refill has paid their debts.
+func (k *keyState) settleDebts() {
+	paid := func(d *dim) bool { level, _ := d.b.Level(); return !d.on || level >= 0 }
+	for i := range k.holds {
+		h := &k.holds[i]
+		if h.owed.Requests != 0 && paid(&k.req) {
+			h.owed.Requests = 0
+		}
+		if h.owed.Tokens != 0 && paid(&k.tok) {
+			h.owed.Tokens = 0
+		}
 	}
 }
 

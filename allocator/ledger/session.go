@@ -15,6 +15,7 @@ const (
 // sequence applied in it, that call's digest and its stored reply.
 type session struct {
 	id       string // the spender id; the spender's holdings share this copy
+	use      *usage // the credential that created it, which alone may call under its id until it is released
 	epoch    uint64
 	seq      uint64 // 0: no call applied in this epoch yet
 	digest   digest
@@ -26,6 +27,13 @@ type session struct {
 	// noSnapshots: reply was decoded from a record, which leaves out the
 	// snapshots; they are recomputed when a retry first reads it.
 	noSnapshots bool
+}
+
+// takes reports whether a call of c may use s's spender id: the session is
+// c's credential's, or has none (a record from before credentials, which
+// the call then adopts), or was released and c starts a new epoch in it.
+func (s *session) takes(c Caller) bool {
+	return s.use.cred == c.Credential || s.use.cred == "" || (s.released && c.Epoch > s.epoch)
 }
 
 // check decides what to do with call c of kind k and digest d on session s

@@ -3,6 +3,7 @@ package ledger
 import (
 	"math/big"
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -161,9 +162,12 @@ func refillTime(lim bucket.Limit, tokens int64, free uint32) time.Duration {
 func shareBurstTime(ttl time.Duration) time.Duration { return ttl / 2 }
 
 // shareKey sets the share of holding i of ks at now, for a call whose key
-// part is k: none without a demand; otherwise the share policy's answer
-// per limited dimension, within what other shares leave free, with a burst
-// cut to the room under the cap (a dimension with no room gets no share).
+// part is k: none without a demand, nor in a dimension where a holding of
+// its credential owes (its debt took the level below zero); otherwise the share
+// policy's answer per limited dimension, with each credential's demands
+// counted at most at its max-min part of the rate (perCredential), within
+// what other shares leave free, with a burst cut to the room under the cap
+// (a dimension with no room gets no share).
 //
 // It returns the share, its burst and the fair share (the policy's answer
 // before that clamp).
@@ -181,25 +185,30 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 			others = others.Add(ks.holds[j].potential())
 		}
 	}
-	split := func(d *dim, demand func(*holding) int64, share func(*holding) uint32, other int64) (ppm, fair uint32, room int64) {
+	split := func(d *dim, demand func(*holding) int64, share func(*holding) uint32, owed func(*holding) int64, other int64) (ppm, fair uint32, room int64) {
 		if !d.on || demand(h) <= 0 || d.b.Last() > now {
 			// (A bucket whose refill starts later, a key whose state was
 			// lost, has no refill to share yet.)
 			return 0, 0, 0
 		}
-		if level, _ := d.b.Level(); level < 0 {
-			// In debt (overruns, fallback admissions): the refill pays the
-			// debt first, as it would without shares.
+		// In its credential's debt (overruns, fallback admissions that
+		// took the level below zero; settleDebts forgets them once it is
+		// back): the refill pays it first, as it would without shares,
+		// while other credentials' holdings keep theirs.
+		if slices.ContainsFunc(ks.holds, func(o holding) bool { return o.use == h.use && owed(&o) > 0 }) {
 			return 0, 0, 0
 		}
 		lim := d.b.Limit()
 		var taken uint64
 		for j := range ks.holds {
+			// A credential in debt counts its demands, taking no share: its
+			// part of the rate pays the debt.
 			demands[j] = demandShare(demand(&ks.holds[j]), lim)
 			if j != i {
 				taken += uint64(share(&ks.holds[j]))
 			}
 		}
+		perCredential(ks.holds, demands)
 		fair = min(s.cfg.SharePolicy.Share(ShareDemand{Demand: demands[i], Demands: demands}), ration.ShareUnit)
 		ppm = min(fair, uint32(ration.ShareUnit-min(taken, ration.ShareUnit)))
 		if ppm == 0 {
@@ -210,8 +219,8 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 		return ppm, fair, room
 	}
 	var room ration.Amount
-	sh.Requests, fair.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.shareOf(ks.lim).Requests }, others.Requests)
-	sh.Tokens, fair.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.shareOf(ks.lim).Tokens }, others.Tokens)
+	sh.Requests, fair.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.shareOf(ks.lim).Requests }, func(h *holding) int64 { return h.owed.Requests }, others.Requests)
+	sh.Tokens, fair.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.shareOf(ks.lim).Tokens }, func(h *holding) int64 { return h.owed.Tokens }, others.Tokens)
 	// The burst sits on top of what the spender holds (its lease from the
 	// bucket is spent alongside the share: a burst below it would drop the
 	// share's accrual until the lease is spent), within the room.
@@ -244,4 +253,48 @@ func demandShare(perMinute int64, lim bucket.Limit) uint32 {
 		q++
 	}
 	return uint32(min(q, MaxShareDemand))
+}
+
+// perCredential scales the demands (demands[j] of holds[j], millionths of
+// the rate) so that each credential's together count at most its max-min
+// fair part of the rate: water filling over the credentials' totals, each
+// credential's demands scaled alike. Within a credential the share policy
+// still sees the demands in proportion, so a fleet that shares one token
+// splits the rate as before; across credentials, a caller cannot claim
+// more than an equal split of what the others leave, whatever it sends.
+// With one credential among the demands it changes nothing.
+func perCredential(holds []holding, demands []uint32) {
+	type part struct {
+		use   *usage
+		total uint64
+	}
+	var parts []part
+	for j := range holds {
+		if demands[j] == 0 {
+			continue
+		}
+		k := slices.IndexFunc(parts, func(p part) bool { return p.use == holds[j].use })
+		if k < 0 {
+			parts = append(parts, part{use: holds[j].use})
+			k = len(parts) - 1
+		}
+		parts[k].total += uint64(demands[j])
+	}
+	if len(parts) < 2 {
+		return
+	}
+	totals := make([]uint32, len(parts))
+	for k, p := range parts {
+		totals[k] = uint32(min(p.total, MaxShareDemand))
+	}
+	level := uint64(waterLevel(totals, 0))
+	for j := range holds {
+		if demands[j] == 0 {
+			continue
+		}
+		p := parts[slices.IndexFunc(parts, func(p part) bool { return p.use == holds[j].use })]
+		if p.total > level {
+			demands[j] = uint32(uint64(demands[j]) * level / p.total)
+		}
+	}
 }

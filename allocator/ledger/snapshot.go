@@ -16,6 +16,7 @@ import (
 // error. A session record that fails is forgotten, and Load returns the
 // error.
 func (s *State) Load(r Record, now bucket.Instant) error {
+	s.loaded = true // what each credential keeps is counted again before the next command
 	if r.Session {
 		if r.Value == nil {
 			delete(s.sessions, r.Name)
@@ -47,6 +48,7 @@ func (s *State) Load(r Record, now bucket.Instant) error {
 		// leases, which the key's state no longer counts (docs/bound.md).
 		ks = &keyState{fresh: true, emptyFrom: now.Add(s.cfg.TTL)}
 	}
+	ks.hash = nameHash(r.Name)
 	s.keys[r.Name] = ks
 	return err
 }

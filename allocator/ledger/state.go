@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"maps"
+	"math/bits"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ type Config struct {
 	// ProportionalShare{Headroom: DefaultShareHeadroom}.
 	SharePolicy SharePolicy
 	Retention   time.Duration // how long a session outlives its last call; raised to at least 2 TTL
+	Quota       Quota         // what one credential's calls may keep in the state; zero: no bound
 }
 
 // State is the ledger: every key's global buckets and holdings, and every
@@ -30,6 +32,8 @@ type State struct {
 	cfg      Config
 	keys     map[string]*keyState // by API key
 	sessions map[string]*session  // by spender id
+	usage    map[string]*usage    // by credential: what its calls keep (Quota)
+	loaded   bool                 // records were loaded since the last recount of usage
 
 	changed Changes // what the command being applied changed
 }
@@ -56,7 +60,7 @@ func New(cfg Config) (*State, error) {
 		cfg.SharePolicy = ProportionalShare{Headroom: DefaultShareHeadroom}
 	}
 	cfg.Retention = max(cfg.Retention, 2*cfg.TTL)
-	return &State{cfg: cfg, keys: make(map[string]*keyState), sessions: make(map[string]*session)}, nil
+	return &State{cfg: cfg, keys: make(map[string]*keyState), sessions: make(map[string]*session), usage: make(map[string]*usage)}, nil
 }
 
 // Config returns the state's configuration, with defaults applied.
@@ -93,9 +97,24 @@ type Release struct {
 
 // Sweep drops what holds no information at Now: expired holdings, idle
 // keys whose buckets are full again, sessions idle beyond the retention.
+//
+// With Parts above 1 it sweeps one part of the keys only, those whose
+// name hashes to Part modulo Parts (and the sessions with part 0), and
+// drops at most maxSweepDrops idle keys (the first by name), so that a
+// large state is swept in short steps, each its own command, between
+// which calls are applied. Parts 0 or 1: everything.
 type Sweep struct {
-	Now bucket.Instant
+	Now         bucket.Instant
+	Part, Parts uint32
 }
+
+// maxSweepDrops is the most idle keys a partial Sweep drops: a
+// credential's quota of keys going idle at once is dropped, and the quota
+// freed to a flood of new keys, a little at a time (16,384 an interval
+// with cmd/allocator's 16 parts), which keeps the journal's traffic from
+// such a flood low. An idle key holds no information; one kept longer only
+// costs its memory, which the quota bounds.
+const maxSweepDrops = 1024
 
 // SweepReply counts what a Sweep dropped.
 type SweepReply struct {
@@ -114,13 +133,18 @@ func (Sweep) command()        {}
 //
 // Bad input is an error wrapping ErrInvalidArgument that names the field;
 // a stale or conflicting call is ErrStaleEpoch, ErrStaleSequence,
-// ErrSequenceReused or ErrEpochReleased. Then nothing changes. A retry of
+// ErrSequenceReused or ErrEpochReleased; a call under another credential's
+// spender id is ErrForeignSpender; one beyond its credential's Quota is a
+// *QuotaError (ErrResourceExhausted). Then nothing changes. A retry of
 // a session's latest call returns its stored reply and changes nothing.
 //
 // The reply is the state's: the caller must not modify it (a retry gets
 // the same reply).
 func (s *State) Apply(cmd Command) (reply any, changed Changes, err error) {
 	s.changed = Changes{}
+	if s.loaded {
+		s.recount()
+	}
 	switch c := cmd.(type) {
 	case Acquire:
 		reply, err = s.acquire(c)
@@ -129,7 +153,9 @@ func (s *State) Apply(cmd Command) (reply any, changed Changes, err error) {
 	case Release:
 		reply, err = s.release(c)
 	case Sweep:
-		reply = s.sweep(c.Now)
+		if err = Validate(c); err == nil {
+			reply = s.sweep(c)
+		}
 	default:
 		err = fmt.Errorf("allocator: unknown command %T", cmd)
 	}
@@ -171,30 +197,138 @@ func (s *State) markKey(name string) { s.changed.Keys = append(s.changed.Keys, n
 
 func (s *State) markSession(id string) { s.changed.Sessions = append(s.changed.Sessions, id) }
 
-// begin runs the exactly-once check. It returns the stored reply of a
-// retry (with its session), or the session to apply the call in.
-func (s *State) begin(c Caller, k callKind, d digest) (stored any, ss *session, err error) {
+// call is what the checks before a call's application (admit) look at:
+// its caller, method and body digest, and its keys (one of the three
+// lists, by kind), for the quota.
+type call struct {
+	c       Caller
+	kind    callKind
+	digest  digest
+	acquire []AcquireKey
+	reserve []ReserveKey
+	release []ReleaseKey
+}
+
+func acquireCall(c Acquire) call {
+	return call{c: c.Caller, kind: kindAcquire, digest: digestAcquire(c.Keys), acquire: c.Keys}
+}
+
+func reserveCall(c ReserveAhead) call {
+	return call{c: c.Caller, kind: kindReserve, digest: digestReserve(c.Keys), reserve: c.Keys}
+}
+
+func releaseCall(c Release) call {
+	return call{c: c.Caller, kind: kindRelease, digest: digestRelease(c.Keys), release: c.Keys}
+}
+
+// n is how many keys the call names.
+func (cl *call) n() int { return len(cl.acquire) + len(cl.reserve) + len(cl.release) }
+
+// key is key i's name and whether the call would create its state if it
+// has none (a Release only to charge a debt).
+func (cl *call) key(i int) (name string, creates bool) {
+	switch cl.kind {
+	case kindAcquire:
+		return cl.acquire[i].Key, !cl.acquire[i].Limits.Unlimited()
+	case kindReserve:
+		return cl.reserve[i].Key, !cl.reserve[i].Limits.Unlimited()
+	}
+	k := &cl.release[i]
+	return k.Key, k.Debt != (ration.Amount{}) && !k.Limits.Unlimited()
+}
+
+// leases reports whether the call takes leases (Release drops them).
+func (cl *call) leases() bool { return cl.kind != kindRelease }
+
+// Admit returns the error Apply would return for cmd from the checks that
+// depend on the state but not on the call's effects: a spender id of
+// another credential (ErrForeignSpender), a stale or conflicting call, a
+// call beyond its credential's Quota (*QuotaError); nil if Apply would
+// apply it or answer it from its stored reply. It changes nothing, so a
+// replicated allocator's leader refuses such calls before they take log
+// space. Input is not checked (Validate).
+func (s *State) Admit(cmd Command) error {
+	var cl call
+	switch c := cmd.(type) {
+	case Acquire:
+		cl = acquireCall(c)
+	case ReserveAhead:
+		cl = reserveCall(c)
+	case Release:
+		cl = releaseCall(c)
+	default:
+		return nil
+	}
+	if s.loaded {
+		s.recount()
+	}
+	_, _, err := s.admit(cl)
+	return err
+}
+
+// admit checks a call's right to its spender id, the exactly-once record
+// and its credential's Quota, changing nothing. It returns the stored
+// reply of a retry (with its session), or the session the call would apply
+// in (nil: a new one).
+func (s *State) admit(cl call) (stored any, ss *session, err error) {
+	c := cl.c
 	ss = s.sessions[c.SpenderID]
-	stored, err = ss.check(c, k, d)
+	if ss != nil && !ss.takes(c) {
+		return nil, nil, fmt.Errorf("allocator: spender %q: %w", c.SpenderID, ErrForeignSpender)
+	}
+	stored, err = ss.check(c, cl.kind, cl.digest)
 	if err != nil {
 		return nil, nil, fmt.Errorf("allocator: spender %q epoch %d sequence %d: %w", c.SpenderID, c.Epoch, c.Sequence, err)
 	}
 	if stored != nil {
 		return stored, ss, nil
 	}
-	if ss == nil {
-		ss = &session{id: strings.Clone(c.SpenderID)} // not the request's memory
-		s.sessions[ss.id] = ss
-	}
-	if c.Epoch > ss.epoch {
-		*ss = session{id: ss.id, epoch: c.Epoch}
+	if err := s.overQuota(&cl, ss); err != nil {
+		return nil, nil, fmt.Errorf("allocator: spender %q: %w", c.SpenderID, err)
 	}
 	return nil, ss, nil
 }
 
+// begin runs admit and returns the stored reply of a retry (with its
+// session), or the session to apply the call in, created, adopted or
+// moved to the call's epoch as needed.
+func (s *State) begin(cl call) (stored any, ss *session, err error) {
+	stored, ss, err = s.admit(cl)
+	if err != nil || stored != nil {
+		return stored, ss, err
+	}
+	c := cl.c
+	u := s.usageOf(c.Credential)
+	if ss == nil {
+		ss = &session{id: strings.Clone(c.SpenderID), use: u} // not the request's memory
+		s.sessions[ss.id] = ss
+		u.sessions++
+	} else if ss.use != u { // adopted, or taken over after its Release
+		n := answers(ss.reply)
+		ss.use.sessions--
+		ss.use.answers -= n
+		ss.use = u
+		u.sessions++
+		u.answers += n
+	}
+	if c.Epoch > ss.epoch {
+		s.setReply(ss, nil)
+		*ss = session{id: ss.id, use: ss.use, epoch: c.Epoch}
+	}
+	return nil, ss, nil
+}
+
+// setReply makes reply ss's stored reply, counting its key answers
+// against ss's credential.
+func (s *State) setReply(ss *session, reply any) {
+	ss.use.answers += answers(reply) - answers(ss.reply)
+	ss.reply = reply
+}
+
 // finish records the applied call in its session.
-func (s *State) finish(ss *session, c Caller, k callKind, d digest, reply any, now bucket.Instant) {
-	ss.seq, ss.kind, ss.digest, ss.reply, ss.seen = c.Sequence, k, d, reply, now
+func (s *State) finish(ss *session, cl call, reply any, now bucket.Instant) {
+	s.setReply(ss, reply)
+	ss.seq, ss.kind, ss.digest, ss.seen = cl.c.Sequence, cl.kind, cl.digest, now
 	ss.noSnapshots = false
 	s.markSession(ss.id)
 }
@@ -203,8 +337,11 @@ func (s *State) acquire(c Acquire) (*AcquireReply, error) {
 	if err := validateAcquire(c.Caller, c.Keys); err != nil {
 		return nil, err
 	}
-	d := digestAcquire(c.Keys)
-	stored, ss, err := s.begin(c.Caller, kindAcquire, d)
+	if err := validateEpoch(c.Caller, c.Now); err != nil {
+		return nil, err
+	}
+	cl := acquireCall(c)
+	stored, ss, err := s.begin(cl)
 	if err != nil {
 		return nil, err
 	}
@@ -218,9 +355,9 @@ func (s *State) acquire(c Acquire) (*AcquireReply, error) {
 	reply := &AcquireReply{Keys: make([]AcquireResult, len(c.Keys)), LeaseTTL: s.cfg.TTL}
 	s.changed.Keys = make([]string, 0, len(c.Keys))
 	for i := range c.Keys {
-		reply.Keys[i] = s.acquireKey(&c.Keys[i], ss.id, c.Caller, c.Now)
+		reply.Keys[i] = s.acquireKey(&c.Keys[i], ss, c.Caller, c.Now)
 	}
-	s.finish(ss, c.Caller, kindAcquire, d, reply, c.Now)
+	s.finish(ss, cl, reply, c.Now)
 	return reply, nil
 }
 
@@ -228,8 +365,11 @@ func (s *State) reserve(c ReserveAhead) (*ReserveReply, error) {
 	if err := validateReserve(c.Caller, c.Keys); err != nil {
 		return nil, err
 	}
-	d := digestReserve(c.Keys)
-	stored, ss, err := s.begin(c.Caller, kindReserve, d)
+	if err := validateEpoch(c.Caller, c.Now); err != nil {
+		return nil, err
+	}
+	cl := reserveCall(c)
+	stored, ss, err := s.begin(cl)
 	if err != nil {
 		return nil, err
 	}
@@ -243,9 +383,9 @@ func (s *State) reserve(c ReserveAhead) (*ReserveReply, error) {
 	reply := &ReserveReply{Keys: make([]ReserveResult, len(c.Keys)), LeaseTTL: s.cfg.TTL}
 	s.changed.Keys = make([]string, 0, len(c.Keys))
 	for i := range c.Keys {
-		reply.Keys[i] = s.reserveKey(&c.Keys[i], ss.id, c.Caller, c.Now)
+		reply.Keys[i] = s.reserveKey(&c.Keys[i], ss, c.Caller, c.Now)
 	}
-	s.finish(ss, c.Caller, kindReserve, d, reply, c.Now)
+	s.finish(ss, cl, reply, c.Now)
 	return reply, nil
 }
 
@@ -253,8 +393,11 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 	if err := validateRelease(c.Caller, c.Keys); err != nil {
 		return nil, err
 	}
-	d := digestRelease(c.Keys)
-	stored, ss, err := s.begin(c.Caller, kindRelease, d)
+	if err := validateEpoch(c.Caller, c.Now); err != nil {
+		return nil, err
+	}
+	cl := releaseCall(c)
+	stored, ss, err := s.begin(cl)
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +408,7 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 	changed := make(map[string]bool)
 	for i := range c.Keys {
 		var ok bool
-		reply.Returned[i], ok = s.releaseKey(&c.Keys[i], c.Caller, c.Now)
+		reply.Returned[i], ok = s.releaseKey(&c.Keys[i], ss, c.Caller, c.Now)
 		changed[c.Keys[i].Key] = changed[c.Keys[i].Key] || ok
 	}
 	for name, ks := range s.keys {
@@ -275,9 +418,7 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 		// Brought to now first: until now the holding's share took its
 		// part of the refill, which the bucket must not get back.
 		ks.touch(c.Now, s.cfg.TTL, s.cfg.Strict)
-		if i := ks.find(c.Caller.SpenderID, c.Caller.Epoch); i >= 0 {
-			ks.holds = slices.Delete(ks.holds, i, i+1)
-		}
+		ks.dropHoldings(func(h *holding) bool { return h.epoch == c.Caller.Epoch && h.spender == c.Caller.SpenderID })
 		changed[name] = true
 	}
 	for _, name := range slices.Sorted(maps.Keys(changed)) {
@@ -286,17 +427,28 @@ func (s *State) release(c Release) (*ReleaseReply, error) {
 		}
 	}
 	ss.released = true
-	s.finish(ss, c.Caller, kindRelease, d, reply, c.Now)
+	s.finish(ss, cl, reply, c.Now)
 	return reply, nil
 }
 
-// sweep drops expired holdings, idle keys and sessions past the retention.
-func (s *State) sweep(now bucket.Instant) *SweepReply {
+// sweep drops expired holdings, idle keys and sessions past the
+// retention, in c's part.
+func (s *State) sweep(c Sweep) *SweepReply {
+	now := c.Now
 	var r SweepReply
 	var touched, dropped []string
+	type candidate struct {
+		name    string
+		ks      *keyState
+		touched bool
+	}
+	var idle []candidate
 	for name, ks := range s.keys {
 		if ks.fresh {
 			continue // state lost at recovery, limits unknown: kept until its next call
+		}
+		if c.Parts > 1 && ks.hash%c.Parts != c.Part {
+			continue
 		}
 		expired := ks.anyExpired(now)
 		if expired {
@@ -304,16 +456,34 @@ func (s *State) sweep(now bucket.Instant) *SweepReply {
 		}
 		switch {
 		case ks.idle(now):
-			delete(s.keys, name)
-			dropped = append(dropped, name)
+			idle = append(idle, candidate{name, ks, expired})
 		case expired:
 			touched = append(touched, name)
 		}
 	}
+	if c.Parts > 1 && len(idle) > maxSweepDrops {
+		// The first by name: the same on every replica.
+		slices.SortFunc(idle, func(a, b candidate) int { return strings.Compare(a.name, b.name) })
+		for _, x := range idle[maxSweepDrops:] {
+			if x.touched {
+				touched = append(touched, x.name)
+			}
+		}
+		idle = idle[:maxSweepDrops]
+	}
+	for _, x := range idle {
+		s.dropKey(x.name, x.ks)
+		dropped = append(dropped, x.name)
+	}
 	horizon := now.Add(-s.cfg.Retention)
 	var gone []string
 	for id, ss := range s.sessions {
+		if c.Parts > 1 && c.Part != 0 {
+			break
+		}
 		if ss.seen < horizon {
+			s.setReply(ss, nil)
+			ss.use.sessions--
 			delete(s.sessions, id)
 			gone = append(gone, id)
 		}
@@ -330,25 +500,40 @@ func (s *State) sweep(now bucket.Instant) *SweepReply {
 }
 
 // keyFor returns name's state following lim, creating it (full, or empty
-// if its state was lost) as needed, and marks it changed; nil if lim
-// leaves the key unlimited (its state, if any, is dropped).
-func (s *State) keyFor(name string, lim ration.Limits, now bucket.Instant) *keyState {
+// if its state was lost; owned by use) as needed, and marks it changed;
+// nil if lim leaves the key unlimited (its state, if any, is dropped).
+func (s *State) keyFor(name string, lim ration.Limits, use *usage, now bucket.Instant) *keyState {
 	ks := s.keys[name]
 	if lim.Unlimited() {
 		if ks != nil {
-			delete(s.keys, name)
+			s.dropKey(name, ks)
 			s.markKey(name)
 		}
 		return nil
 	}
 	if ks == nil {
-		name = strings.Clone(name) // not the request's memory
-		ks = &keyState{fresh: true}
-		s.keys[name] = ks
+		ks = s.newKey(name, use)
 	}
 	s.follow(ks, lim, now)
 	s.markKey(name)
 	return ks
+}
+
+// newKey adds name's state, fresh (limits unknown), owned by use.
+func (s *State) newKey(name string, use *usage) *keyState {
+	ks := &keyState{fresh: true, owner: use, hash: nameHash(name)}
+	use.keys++
+	s.keys[strings.Clone(name)] = ks // not the request's memory
+	return ks
+}
+
+// dropKey removes name's state, uncounting it and its holdings.
+func (s *State) dropKey(name string, ks *keyState) {
+	ks.dropHoldings(func(*holding) bool { return true })
+	if ks.owner != nil {
+		ks.owner.keys--
+	}
+	delete(s.keys, name)
 }
 
 // follow makes ks follow lim at now. A key whose limits change is first
@@ -408,15 +593,14 @@ func (s *State) snapshotAt(name string, lim ration.Limits, now bucket.Instant) S
 	return k.snapshot()
 }
 
-// acquireKey applies one key of an Acquire call for spender (the
-// session's copy of the caller's id).
-func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.Instant) AcquireResult {
-	ks := s.keyFor(k.Key, k.Limits, now)
+// acquireKey applies one key of an Acquire call in session ss.
+func (s *State) acquireKey(k *AcquireKey, ss *session, c Caller, now bucket.Instant) AcquireResult {
+	ks := s.keyFor(k.Key, k.Limits, ss.use, now)
 	if ks == nil {
 		return AcquireResult{Status: StatusOK, Granted: k.Want}
 	}
 	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
-	hi := ks.holdingFor(spender, c.Epoch, now)
+	hi := ks.holdingFor(ss.id, c.Epoch, ss.use, now)
 	h := &ks.holds[hi]
 	if h.lastSeq >= c.Sequence {
 		// Applied before a lost session record: change nothing more.
@@ -426,9 +610,9 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 	out.Returned.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
 	out.Returned.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
 	h.held = h.held.Min(k.Held)
-	charge(&ks.req, k.Debt.Requests)
-	charge(&ks.tok, k.Debt.Tokens)
-	h.rate, h.lastSeq = k.SpendRate, c.Sequence
+	charge(&ks.req, &h.owed.Requests, k.Debt.Requests)
+	charge(&ks.tok, &h.owed.Tokens, k.Debt.Tokens)
+	h.rate, h.lastSeq = ks.usable(k.SpendRate), c.Sequence
 	h.expiry = max(h.expiry, now.Add(s.cfg.TTL))
 
 	switch {
@@ -443,14 +627,31 @@ func (s *State) acquireKey(k *AcquireKey, spender string, c Caller, now bucket.I
 		}
 		out.Status = StatusOK
 		active, rates := len(ks.holds), ks.rateSum()
-		out.Granted.Requests = s.grant(&ks.req, &h.held.Requests, k.Want.Requests, k.Need.Requests, k.SpendRate.Requests, rates.Requests, active)
-		out.Granted.Tokens = s.grant(&ks.tok, &h.held.Tokens, k.Want.Tokens, k.Need.Tokens, k.SpendRate.Tokens, rates.Tokens, active)
+		out.Granted.Requests = s.grant(&ks.req, &h.held.Requests, k.Want.Requests, k.Need.Requests, h.rate.Requests, rates.Requests, active)
+		out.Granted.Tokens = s.grant(&ks.tok, &h.held.Tokens, k.Want.Tokens, k.Need.Tokens, h.rate.Tokens, rates.Tokens, active)
 	}
 	out.Share, out.ShareBurst, out.ShareFair = s.shareKey(ks, hi, k, now)
 	out.Held = h.held
 	out.Snapshot = ks.snapshot()
 	out.ActiveSpenders = len(ks.holds)
 	return out
+}
+
+// usable is a reported spend rate per minute, at most what the key can
+// admit in a minute in each dimension: its capacity and a minute's refill.
+func (k *keyState) usable(rate ration.Amount) ration.Amount {
+	perMinute := func(d *dim, r int64) int64 {
+		if !d.on {
+			return r
+		}
+		lim := d.b.Limit()
+		// Refill <= MaxRate and Period >= 1 s: the quotient is at most
+		// 60 MaxRate, and the division cannot overflow.
+		hi, lo := bits.Mul64(uint64(lim.Refill), uint64(time.Minute))
+		refill, _ := bits.Div64(hi, lo, uint64(lim.Period))
+		return min(r, lim.Capacity+int64(refill))
+	}
+	return ration.Amount{Requests: perMinute(&k.req, rate.Requests), Tokens: perMinute(&k.tok, rate.Tokens)}
 }
 
 func fits(d *dim, n int64) bool { return !d.on || d.b.Fits(n) }
@@ -499,13 +700,13 @@ func (s *State) grant(d *dim, held *int64, want, need, rate, rateSum int64, acti
 	return g
 }
 
-func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.Instant) ReserveResult {
-	ks := s.keyFor(k.Key, k.Limits, now)
+func (s *State) reserveKey(k *ReserveKey, ss *session, c Caller, now bucket.Instant) ReserveResult {
+	ks := s.keyFor(k.Key, k.Limits, ss.use, now)
 	if ks == nil {
 		return ReserveResult{Status: StatusOK}
 	}
 	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
-	h := &ks.holds[ks.holdingFor(spender, c.Epoch, now)]
+	h := &ks.holds[ks.holdingFor(ss.id, c.Epoch, ss.use, now)]
 	var out ReserveResult
 	switch {
 	case h.lastSeq >= c.Sequence:
@@ -565,27 +766,26 @@ func (s *State) reserveKey(k *ReserveKey, spender string, c Caller, now bucket.I
 
 // releaseKey credits one listed key's return and charges its debt. It
 // reports what was credited and whether the key's state changed.
-func (s *State) releaseKey(k *ReleaseKey, c Caller, now bucket.Instant) (ration.Amount, bool) {
+func (s *State) releaseKey(k *ReleaseKey, ss *session, c Caller, now bucket.Instant) (ration.Amount, bool) {
 	ks := s.keys[k.Key]
 	if ks == nil {
 		if k.Debt == (ration.Amount{}) || k.Limits.Unlimited() {
 			return ration.Amount{}, false
 		}
-		ks = &keyState{fresh: true}
-		s.keys[strings.Clone(k.Key)] = ks
+		ks = s.newKey(k.Key, ss.use)
 	}
 	if !k.Limits.Unlimited() {
 		s.follow(ks, k.Limits, now)
 	}
 	ks.touch(now, s.cfg.TTL, s.cfg.Strict)
-	var out ration.Amount
+	var out, owed ration.Amount // the holding is dropped: nothing to mark
 	if i := ks.find(c.SpenderID, c.Epoch); i >= 0 {
 		h := &ks.holds[i]
 		out.Requests = give(&ks.req, &h.held.Requests, k.Returned.Requests)
 		out.Tokens = give(&ks.tok, &h.held.Tokens, k.Returned.Tokens)
 	}
-	charge(&ks.req, k.Debt.Requests)
-	charge(&ks.tok, k.Debt.Tokens)
+	charge(&ks.req, &owed.Requests, k.Debt.Requests)
+	charge(&ks.tok, &owed.Tokens, k.Debt.Tokens)
 	return out, true
 }
 

@@ -10,8 +10,14 @@ import (
 // (SpenderID, Epoch) are applied in Sequence order, each at most once.
 type Caller struct {
 	SpenderID string // 1 to ration.MaxSpenderIDLen bytes
-	Epoch     uint64 // spender incarnation, > 0; a new epoch starts holding nothing
+	Epoch     uint64 // spender incarnation, > 0 and at most MaxEpochAhead past Now in ns; a new epoch starts holding nothing
 	Sequence  uint64 // call number within the epoch, > 0, strictly increasing
+	// Credential names what the call was authenticated with (the
+	// allocator's TokenID of the bearer token), up to MaxCredentialLen
+	// bytes; "" for a call with none (no auth, in-process). A spender id
+	// belongs to the credential that created its session, and each
+	// credential's sessions, keys and leases are bounded by Config.Quota.
+	Credential string
 }
 
 // Status says how one key's Acquire or ReserveAhead went.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/bucket"
 )
 
 func validateCaller(c Caller) error {
@@ -18,6 +19,8 @@ func validateCaller(c Caller) error {
 		return inputErr("caller.epoch", "must be positive")
 	case c.Sequence == 0:
 		return inputErr("caller.sequence", "must be positive")
+	case len(c.Credential) > MaxCredentialLen:
+		return inputErr("caller.credential", "%d bytes, at most %d", len(c.Credential), MaxCredentialLen)
 	}
 	return nil
 }
@@ -123,20 +126,49 @@ func validateRelease(c Caller, keys []ReleaseKey) error {
 	return nil
 }
 
+// validateEpoch refuses an epoch beyond maxEpoch(now).
+func validateEpoch(c Caller, now bucket.Instant) error {
+	if limit := maxEpoch(now); c.Epoch > limit {
+		return inputErr("caller.epoch", "%d is more than %v past the allocator's clock (%d, in nanoseconds since the Unix epoch)",
+			c.Epoch, ration.MaxEpochAhead, limit)
+	}
+	return nil
+}
+
+// maxEpoch is the highest epoch a call at now may carry: now in
+// nanoseconds since the Unix epoch, plus ration.MaxEpochAhead. So an id's
+// epoch can be pushed no further than a day past the allocator's clock,
+// and a successor starting one above it is accepted.
+func maxEpoch(now bucket.Instant) uint64 {
+	return uint64(max(now, 0))*uint64(time.Microsecond) + uint64(ration.MaxEpochAhead)
+}
+
 // Validate returns the error State.Apply would return for cmd's input
 // (an error wrapping ErrInvalidArgument that names the field), or nil. It
-// depends on cmd alone, not on any state, so a proposer can refuse bad
-// input before it becomes a log entry; Apply checks again.
+// depends on cmd alone (its Now bounds the epoch), not on any state, so a
+// proposer can refuse bad input before it becomes a log entry; Apply
+// checks again. A command validated at one Now is valid at any later one.
 func Validate(cmd Command) error {
+	var err error
 	switch c := cmd.(type) {
 	case Acquire:
-		return validateAcquire(c.Caller, c.Keys)
+		if err = validateAcquire(c.Caller, c.Keys); err == nil {
+			err = validateEpoch(c.Caller, c.Now)
+		}
 	case ReserveAhead:
-		return validateReserve(c.Caller, c.Keys)
+		if err = validateReserve(c.Caller, c.Keys); err == nil {
+			err = validateEpoch(c.Caller, c.Now)
+		}
 	case Release:
-		return validateRelease(c.Caller, c.Keys)
+		if err = validateRelease(c.Caller, c.Keys); err == nil {
+			err = validateEpoch(c.Caller, c.Now)
+		}
 	case Sweep:
-		return nil
+		if c.Parts > 1 && c.Part >= c.Parts {
+			err = inputErr("part", "%d of %d parts", c.Part, c.Parts)
+		}
+	default:
+		err = fmt.Errorf("allocator: unknown command %T", cmd)
 	}
-	return fmt.Errorf("allocator: unknown command %T", cmd)
+	return err
 }

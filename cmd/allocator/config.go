@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/envflag"
 	"github.com/rationhq/ration/internal/serverlimits"
 )
@@ -28,6 +29,8 @@ type config struct {
 	tlsCert          string
 	tlsKey           string
 	sessionRetention time.Duration
+	limitsFile       string
+	quota            allocator.Quota
 	commitLinger     time.Duration
 	sweepInterval    time.Duration
 	shutdownTimeout  time.Duration
@@ -56,6 +59,9 @@ func parseConfig(args []string, getenv func(string) string, help io.Writer) (con
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key file (PEM)")
 	fs.DurationVar(&c.commitLinger, "commit-linger", 8*time.Millisecond, "under concurrent load, the longest a group commit waits for more calls: until 64 wait, in 1 ms steps, and under light load only while each step brings a call (0: never)")
 	fs.DurationVar(&c.sessionRetention, "session-retention", time.Hour, "how long a spender's exactly-once record outlives its last call")
+	fs.StringVar(&c.limitsFile, "limits-file", "", "the gateways' keys file: the allocator holds every budget's limits from it, ignoring the limits calls carry, and refuses keys it does not list (none: calls' limits are followed)")
+	fs.IntVar(&c.quota.Sessions, "max-sessions-per-credential", 4096, "spender ids each bearer token's calls may keep an exactly-once record for (0: no bound)")
+	fs.IntVar(&c.quota.Keys, "max-keys-per-credential", 100_000, "keys each bearer token's calls may create, leases they may hold, and key answers they may keep for retries, each (0: no bound)")
 	fs.DurationVar(&c.sweepInterval, "sweep-interval", 0, "how often idle keys and sessions are dropped; 0 = the lease TTL")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "on SIGTERM, how long to drain in-flight calls")
 	c.limits = serverlimits.Unary
@@ -82,6 +88,8 @@ func parseConfig(args []string, getenv func(string) string, help io.Writer) (con
 		return c, fmt.Errorf("-commit-linger %v outside [0, 100ms]", c.commitLinger)
 	case c.leaseTTL < time.Millisecond || c.leaseTTL > time.Hour:
 		return c, fmt.Errorf("-lease-ttl %v outside [1ms, 1h]", c.leaseTTL)
+	case c.quota.Sessions < 0 || c.quota.Keys < 0:
+		return c, fmt.Errorf("-max-sessions-per-credential and -max-keys-per-credential must be 0 or more")
 	}
 	if err := c.limits.Validate(); err != nil {
 		return c, err

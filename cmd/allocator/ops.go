@@ -18,6 +18,7 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/envflag"
+	"github.com/rationhq/ration/internal/memberurl"
 )
 
 // isOp reports whether args (without the program name) start with an
@@ -53,7 +54,7 @@ func runOp(ctx context.Context, args []string, getenv func(string) string, out i
 		name, args = "cluster "+args[0], args[1:]
 	}
 	fs := flag.NewFlagSet("allocator "+name, flag.ContinueOnError)
-	addr := fs.String("addr", "http://127.0.0.1:7450", "a member's lease API base URL (a follower redirects to the leader)")
+	addr := fs.String("addr", "http://127.0.0.1:7450", "a member's lease API base URL, or every member's comma-separated (a follower redirects to the leader, followed only to a listed member)")
 	tokenFile := fs.String("admin-token-file", "", "file of the admin API's bearer tokens: the first is sent (none: no Authorization header)")
 	caFile := fs.String("ca", "", "PEM CA bundle to verify an https member (default: the system's)")
 	timeout := fs.Duration("timeout", time.Minute, "bound on the whole operation")
@@ -148,19 +149,30 @@ func runOp(ctx context.Context, args []string, getenv func(string) string, out i
 }
 
 // opsClient calls a member's admin API, following the leader's redirects
-// itself so that the token goes only to the members it is told of.
+// itself, and only to a member -addr lists, so that the token goes only to
+// the members it is told of.
 type opsClient struct {
-	hc    *http.Client
-	base  string
-	token string
+	hc      *http.Client
+	base    string          // the first member listed: where a call starts
+	members map[string]bool // every listed member, as memberurl.Key
+	token   string
 }
 
+// newOpsClient returns the client of the members addr lists, one base URL
+// or several comma-separated.
 func newOpsClient(addr, tokenFile, caFile string) (*opsClient, error) {
-	u, err := url.Parse(addr)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("-addr %q: want http(s)://host:port", addr)
+	c := &opsClient{members: make(map[string]bool)}
+	for raw := range strings.SplitSeq(addr, ",") {
+		raw = strings.TrimSpace(raw)
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("-addr %q: want http(s)://host:port, or several comma-separated", raw)
+		}
+		if c.base == "" {
+			c.base = strings.TrimSuffix(raw, "/")
+		}
+		c.members[memberurl.Key(u)] = true
 	}
-	c := &opsClient{base: strings.TrimSuffix(addr, "/")}
 	if tokenFile != "" {
 		tokens, err := ration.ReadTokenFile(tokenFile)
 		if err != nil {
@@ -184,8 +196,9 @@ func newOpsClient(addr, tokenFile, caFile string) (*opsClient, error) {
 	return c, nil
 }
 
-// do sends the request to the member, and again to the leader it
-// redirects to (at most 3 times), and returns the body of a 2xx answer.
+// do sends the request to the first member, and again to the leader it
+// redirects to (at most 3 times) if -addr lists that leader, and returns
+// the body of a 2xx answer.
 func (c *opsClient) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
 	target := c.base + path
 	for range 4 {
@@ -210,7 +223,11 @@ func (c *opsClient) do(ctx context.Context, method, path string, body []byte) ([
 		}
 		switch {
 		case resp.StatusCode == http.StatusTemporaryRedirect:
-			target = resp.Header.Get("Location")
+			loc := resp.Header.Get("Location")
+			if !c.listed(loc) {
+				return nil, fmt.Errorf("%s %s: redirected to %q, which -addr does not list; the token is sent only to listed members: list every member in -addr (comma-separated), or give the leader's URL", method, target, loc)
+			}
+			target = loc
 			continue
 		case resp.StatusCode/100 != 2:
 			return nil, fmt.Errorf("%s %s: %s: %s", method, target, resp.Status, strings.TrimSpace(string(b)))
@@ -218,4 +235,15 @@ func (c *opsClient) do(ctx context.Context, method, path string, body []byte) ([
 		return b, nil
 	}
 	return nil, errors.New("more than 3 redirects: is the leader changing?")
+}
+
+// listed reports whether raw is the URL of a page on a member -addr lists.
+func (c *opsClient) listed(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	base := *u
+	base.Path, base.RawPath, base.RawQuery = "", "", ""
+	return c.members[memberurl.Key(&base)]
 }

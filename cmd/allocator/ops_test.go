@@ -89,9 +89,17 @@ func TestOperations(t *testing.T) {
 	tokens := a.cfg.adminTokenFile
 	leader, follower := leaderOf(t, tokens, url(0), url(1))
 
-	// Add c, started without bootstrap, through the follower.
+	// Add c, started without bootstrap, through the follower: refused
+	// while -addr does not list the leader it redirects to (the token goes
+	// only to listed members), done once it does.
 	member("c", 2, two+","+peer("c", 2))
-	if out, err := op(t, tokens, "cluster", "add", "-addr", follower, "-id", "c", "-raft-address", fmt.Sprintf("127.0.0.1:%d", p[5])); err != nil || !strings.HasPrefix(out, "added c") {
+	addC := func(addr string) (string, error) {
+		return op(t, tokens, "cluster", "add", "-addr", addr, "-id", "c", "-raft-address", fmt.Sprintf("127.0.0.1:%d", p[5]))
+	}
+	if out, err := addC(follower); err == nil || !strings.Contains(err.Error(), "which -addr does not list") {
+		t.Fatalf("add through the follower alone: %q %v, want the redirect refused", out, err)
+	}
+	if out, err := addC(follower + "," + leader); err != nil || !strings.HasPrefix(out, "added c") {
 		t.Fatalf("add: %q %v", out, err)
 	}
 	waitReady(t, url(2), http.DefaultClient)
@@ -114,7 +122,7 @@ func TestOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "backup")
-	if out, err := op(t, tokens, "backup", "-addr", follower, "-out", file); err != nil || !strings.HasPrefix(out, "backup: ") {
+	if out, err := op(t, tokens, "backup", "-addr", follower+","+leader, "-out", file); err != nil || !strings.HasPrefix(out, "backup: ") {
 		t.Fatalf("backup: %q %v", out, err)
 	}
 

@@ -21,8 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/allocator/cluster"
+	"github.com/rationhq/ration/gateway"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -179,7 +181,17 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 		return err
 	}
 	opts := []allocator.Option{allocator.WithTTL(cfg.leaseTTL), allocator.WithStrict(cfg.strict), allocator.WithLogger(log),
-		allocator.WithSessionRetention(cfg.sessionRetention), allocator.WithCommitLinger(cfg.commitLinger)}
+		allocator.WithSessionRetention(cfg.sessionRetention), allocator.WithCommitLinger(cfg.commitLinger), allocator.WithQuota(cfg.quota)}
+	if cfg.limitsFile != "" {
+		kr, err := gateway.LoadKeys(cfg.limitsFile)
+		if err != nil {
+			srv.Close()
+			return fmt.Errorf("-limits-file: %w", err)
+		}
+		held := kr.Budgets()
+		opts = append(opts, allocator.WithKeyLimits(func(key string) (ration.Limits, bool) { lim, ok := held[key]; return lim, ok }))
+		log.Info("allocator: holding the fleet's limits", "file", cfg.limitsFile, "budgets", len(held))
+	}
 	var led *allocator.Ledger
 	var peers *cluster.StreamLayer
 	if cfg.cluster.on() {

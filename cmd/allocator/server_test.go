@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -215,14 +216,63 @@ func TestAuth(t *testing.T) {
 		}
 	}
 	for i, tok := range []string{testToken, "other-token"} {
-		if _, err := c.Acquire(authed(tok), acquireReq("s", uint64(i+1), "k")); err != nil {
+		if _, err := c.Acquire(authed(tok), acquireReq("s"+strconv.Itoa(i), 1, "k")); err != nil {
 			t.Errorf("token %q: %v", tok, err)
 		}
 	}
+	// Each token is a credential: the spender id s0 is the first token's.
+	if _, err := c.Acquire(authed("other-token"), acquireReq("s0", 2, "k")); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("the other token under s0: %v, want permission denied", err)
+	}
 	// A rejected call changed nothing: sequence 1 is the first applied.
-	r, err := c.Acquire(authed(testToken), acquireReq("s", 1, "k"))
+	if _, err := c.Acquire(authed(testToken), acquireReq("s0", 2, "k")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Acquire(authed(testToken), acquireReq("s0", 1, "k"))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("stale sequence: %v %v, want failed precondition", r, err)
+	}
+}
+
+// TestLimitsFile: with -limits-file (the gateways' keys file), a call's
+// limits are the file's whatever it sends, and a key the file does not
+// list is refused naming its field; a bad file stops the start.
+func TestLimitsFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "keys.json")
+	keys := `{"keys": [{"key": "sk-a", "id": "k", "tenant": "acme", "rpm": 60, "tpm": 0}], "tenants": {"acme": {"rpd": 1000}}}`
+	if err := os.WriteFile(file, []byte(keys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, testConfig(t, "-limits-file", file))
+	c := leaseClient(testkit.H2CClient(), "http://"+ts.addr)
+	req := acquireReq("s", 1, "k")
+	req.Keys[0].Limits = &leasev1.Limits{Rpm: 1_000_000_000_000}
+	req.Keys[0].Want = &leasev1.Amount{Requests: 1000}
+	r, err := c.Acquire(authed(testToken), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := r.GetKeys()[0]; g.GetGranted().GetRequests() != 60 || g.GetSnapshot().GetRequests().GetLimit() != 60 {
+		t.Fatalf("rpm 10^12 against the file's 60: %v", g)
+	}
+	tenant := acquireReq("s", 2, "tenant:acme/day")
+	if _, err := c.Acquire(authed(testToken), tenant); err != nil {
+		t.Fatalf("the tenant's per-day budget: %v", err)
+	}
+	if _, err := c.Acquire(authed(testToken), acquireReq("s", 3, "unlisted")); connect.CodeOf(err) != connect.CodeInvalidArgument ||
+		!strings.Contains(err.Error(), "keys[0].key") {
+		t.Fatalf("an unlisted key: %v, want invalid argument on keys[0].key", err)
+	}
+	if err := os.WriteFile(file, []byte(`[{"key": "sk-a", "id": "k"}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve(context.Background(), testConfig(t, "-limits-file", file), ln, newLogger(config{}, io.Discard)); err == nil ||
+		!strings.Contains(err.Error(), "-limits-file") {
+		t.Fatalf("a bad limits file: %v", err)
 	}
 }
 

@@ -18,7 +18,8 @@ const opsUsage = `  allocator cluster members -addr URL              list the me
   allocator cluster remove  -addr URL -id ID       remove a member (it then stops, exit status 3)
   allocator backup          -addr URL -out FILE    write the leader's state to FILE (- for stdout)
   allocator restore         -addr URL -in FILE     replace the cluster's state with a backup
-  (each sends the first token of -admin-token-file; -ca FILE for https, -timeout D)
+  (each: -addr takes every member, comma-separated, and follows a redirect only to one of them;
+   it sends the first token of -admin-token-file; -ca FILE for https, -timeout D)
 `
 
 // serverUsage is -help's text before the flags.

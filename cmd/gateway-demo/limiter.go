@@ -117,8 +117,12 @@ func (s *leaseSource) checkToken(ctx context.Context, prefix string, cfg config,
 	_, err := s.src.Release(ctx, &leasev1.ReleaseRequest{Caller: &leasev1.Caller{
 		SpenderId: prefix + "/token-check", Epoch: uint64(time.Now().UnixNano()), Sequence: 1}})
 	switch connect.CodeOf(err) {
-	case connect.CodeUnauthenticated, connect.CodePermissionDenied:
+	case connect.CodeUnauthenticated:
 		return fmt.Errorf("-allocator %s refused the token in -token-file %s: %w", cfg.allocatorURL, cfg.tokenFile, err)
+	case connect.CodePermissionDenied:
+		// A spender id is the token's that first used it.
+		return fmt.Errorf("-allocator %s: the spender ids %s-* belong to another token than -token-file %s's; give this gateway its own -spender-id: %w",
+			cfg.allocatorURL, prefix, cfg.tokenFile, err)
 	}
 	if err != nil {
 		log.Warn("gateway-demo: allocator not reachable at start; the gateways follow their fallback policy until it answers",

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -36,6 +37,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gateway-demo:", err, "('gateway-demo -help' lists the flags)")
 		os.Exit(2)
 	}
+	limitMemory(cfg, os.Getenv)
 	if err := run(ctx, cfg, deps{out: os.Stdout, logOut: os.Stderr, hup: hup}); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway-demo:", err)
 		os.Exit(1)
@@ -49,4 +51,21 @@ func notifyReload() (<-chan os.Signal, func()) {
 	hup := make(chan os.Signal, 1) // signals while a reload runs coalesce into one more
 	signal.Notify(hup, syscall.SIGHUP)
 	return hup, func() { signal.Stop(hup) }
+}
+
+// memoryBase is what limitMemory allows on top of the instances' body caps:
+// the runtime, the embedded allocator and echo engine at rest, the keys.
+const memoryBase = 64 << 20
+
+// limitMemory sets the Go runtime's soft memory limit to 1.5 times the
+// body bytes the instances may hold at once (-max-body-in-flight each)
+// plus memoryBase, unless GOMEMLIMIT says otherwise. Without it the
+// collector lets the heap grow to twice what is live before it runs, and a
+// gateway at its cap of large bodies, whose reads and parses leave as much
+// garbage as they keep, sat at three times the cap.
+func limitMemory(cfg config, getenv func(string) string) {
+	if getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(int64(cfg.instances)*cfg.maxInFlight*3/2 + memoryBase)
 }

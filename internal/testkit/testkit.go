@@ -1,6 +1,6 @@
 // Package testkit holds the test scaffolding several packages share: an
 // HTTP server on a loopback port that speaks HTTP/2 without TLS (h2c), as
-// cmd/allocator does, a client for it, a log buffer safe for concurrent
+// cmd/allocator does, a client for it (with a bearer token or not), a log buffer safe for concurrent
 // writes, a Limiter constructor that fails the test on an error, a keys
 // file writer, a cluster member's NOT_LEADER refusal, a test certificate
 // authority (TLSFiles), and Do (an HTTP request sent and its body read). It
@@ -58,6 +58,26 @@ func H2CClient() *http.Client {
 	p := new(http.Protocols)
 	p.SetUnencryptedHTTP2(true)
 	return &http.Client{Transport: &http.Transport{Protocols: p}}
+}
+
+// H2CClientWithToken is H2CClient sending "Authorization: Bearer token"
+// on every request, as an allocator's caller with that token does.
+func H2CClientWithToken(token string) *http.Client {
+	c := H2CClient()
+	c.Transport = bearer{token: token, next: c.Transport}
+	return c
+}
+
+// bearer adds the Authorization header to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
 
 // SyncBuffer is a bytes.Buffer that is safe for concurrent use: a log

@@ -329,9 +329,11 @@ const minBodyChunk = 4 << 10
 // larger. A declared Content-Length above limit is refused unread. The
 // buffer grows only as bytes arrive (doubling, from minBodyChunk), never
 // from the declared length, so memory follows what the client has sent;
-// each growth is charged to b first (its capacity in bytes), and
-// errBodyBudget comes back when b is full. The caller releases
-// the returned held bytes from b when it is done with the body.
+// each buffer is charged to b in full before it is allocated (the smaller
+// ones it replaces stay in memory until the collector frees them, so a
+// body of n bytes is charged about 2n), and errBodyBudget comes back when
+// b is full. The caller releases the returned held bytes from b when it is
+// done with the body.
 func readBody(r *http.Request, limit int64, b *bodyBudget) (body []byte, held int64, tooLarge bool, err error) {
 	if r.ContentLength > limit {
 		return nil, 0, true, nil
@@ -348,10 +350,10 @@ func readBody(r *http.Request, limit int64, b *bodyBudget) (body []byte, held in
 			// Grow to at most limit+1: one byte past the cap tells a body
 			// over it from one exactly at it.
 			next := min(max(2*int64(cap(buf)), minBodyChunk), limit+1)
-			if !b.acquire(next - int64(cap(buf))) {
+			if !b.acquire(next) {
 				return nil, held, false, errBodyBudget
 			}
-			held += next - int64(cap(buf))
+			held += next
 			nb := make([]byte, len(buf), next)
 			copy(nb, buf)
 			buf = nb

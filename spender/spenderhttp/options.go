@@ -68,9 +68,10 @@ func WithMaxBodyBytes(n int64) Option {
 }
 
 // WithMaxBodyBytesInFlight caps the request body bytes that all handlers
-// of one Middleware hold at once, counted as buffer capacity as it grows
-// (at most twice the bytes received, plus 4 KiB), from the first byte read
-// until the handler returns. A request whose body would pass the cap is
+// of one Middleware hold at once, counted as every buffer allocated while
+// the body is read (a growing buffer leaves its smaller copies to the
+// collector: about twice the bytes received, at most four times plus
+// 4 KiB), from the first byte read until the handler returns. A request whose body would pass the cap is
 // answered 503 server_overloaded with Retry-After: 1 and reserves nothing:
 // the gateway is short of memory, not the key of budget, so it is not a
 // 429. The default is DefaultMaxBodyBytesInFlight (256 MiB); n <= 0 keeps
