@@ -212,15 +212,24 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 	var room ration.Amount
 	sh.Requests, fair.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.shareOf(ks.lim).Requests }, others.Requests)
 	sh.Tokens, fair.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.shareOf(ks.lim).Tokens }, others.Tokens)
+	if ks.req.on && ks.lim.Accrued(ration.Share{Requests: fair.Requests}, shareBurstTime(s.cfg.TTL), false).Requests < 1 {
+		// Even the fair share would not accrue a whole request between two
+		// renewals: the refill would sit in fractions at every spender, none
+		// of which could admit the next request, and a retry told to come
+		// back when the key's bucket covers it would find the budget spread
+		// out. A key that slow is served from its bucket, a call per
+		// admission.
+		sh, fair = ration.Share{}, ration.Share{}
+	}
 	// The burst sits on top of what the spender holds (its lease from the
 	// bucket is spent alongside the share: a burst below it would drop the
 	// share's accrual until the lease is spent), within the room.
 	bank := ks.lim.Accrued(sh, shareBurstTime(s.cfg.TTL), false).Max(k.Need).Max(k.Want)
 	burst = h.held.Add(bank).Min(room)
-	if burst.Requests <= h.held.Requests {
+	if sh.Requests == 0 || burst.Requests <= h.held.Requests {
 		sh.Requests, burst.Requests = 0, 0
 	}
-	if burst.Tokens <= h.held.Tokens {
+	if sh.Tokens == 0 || burst.Tokens <= h.held.Tokens {
 		sh.Tokens, burst.Tokens = 0, 0
 	}
 	h.setShare(sh, ks.lim, burst, now)
