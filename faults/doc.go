@@ -25,7 +25,11 @@
 //     for them;
 //   - a healthy fleet under CPU stress never refuses a request below the
 //     limit and never falls back, and separate gateway processes share a
-//     key as well as instances in one process do.
+//     key as well as instances in one process do;
+//   - what clients are told (docs/contract.md): a client that comes back
+//     when Retry-After says is admitted, an idle gateway gives a key's
+//     budget back within a TTL, and a key below its limit sees no 429
+//     through any loss of an allocator cluster's leader.
 //
 // The tests are behind the build tag faults, so `go test ./...` does not
 // run them:
