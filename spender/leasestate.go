@@ -32,6 +32,10 @@ type leaseState struct {
 
 	debt ration.Amount // spent beyond any grant, not yet reported
 	ret  ration.Amount // to give back on the next call
+	// counted is what the allocator's last answer counted this spender as
+	// holding (unsettled requests at the call included): an idle key tells
+	// it when it holds less, so that the allocator's count is 0 too.
+	counted ration.Amount
 
 	// reserved is what was reserved at admission since the state was made
 	// (spentTotal before refunds): a dimension that reserves far more than
@@ -538,6 +542,21 @@ func (ls *leaseState) fallbackFrom(now bucket.Instant) bucket.Instant {
 		from = max(from, ss.sent)
 	}
 	return min(from, now)
+}
+
+// overCounted reports whether a key without a share has spent its lease in
+// a dimension and the allocator, as of its last answer, counts it holding
+// there requests it has settled since: it tells the allocator at the next
+// maintenance tick.
+// Until told, the allocator counts them against the key's cap, which in
+// strict mode burns the refill meanwhile (a 3 RPM key lost 9.5 s of refill
+// after each request, its Retry-After that much late). A key with a share
+// renews every half TTL anyway, and one with a lease calls when it runs
+// low or idle.
+func (ls *leaseState) overCounted() bool {
+	return (ls.ss == nil || ls.ss.share.Zero()) &&
+		(ls.avail.Requests == 0 && ls.counted.Requests > ls.outstanding.Requests ||
+			ls.avail.Tokens == 0 && ls.counted.Tokens > ls.outstanding.Tokens)
 }
 
 // holds reports whether the key holds anything at now: a lease, admitted

@@ -665,6 +665,7 @@ func (lz *leaser) applyGrant(st *keyState, req *leasev1.KeyAcquire, g *leasev1.K
 	if g.GetHeld() != nil {
 		ls.trimTo(st.lim, fromAmount(g.GetHeld()))
 	}
+	ls.counted = st.lim.Limited(fromAmount(g.GetHeld()))
 	// The share replaces the last one (none: zero) and accrues from
 	// receipt, on the limits the call carried: the allocator's.
 	ls.setShare(g.GetShare(), g.GetShareBurst(), g.GetShareFair(), fromLimits(req.GetLimits()), fromAmount(req.GetDemand()), sent, recv)
@@ -794,7 +795,7 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 				continue
 			}
 			send := force && (ls.debt != ration.Amount{} || ls.ret != ration.Amount{} || ls.avail != ration.Amount{})
-			send = send || lz.renewDue(st, now) || lz.idleLocked(ls, now)
+			send = send || lz.renewDue(st, now) || lz.idleLocked(ls, now) || ls.overCounted()
 			if ls.avail != (ration.Amount{}) && ls.expiry <= soon {
 				if !lz.inUse(ls, now) {
 					ls.ret = ls.ret.Add(ls.avail) // not in use: give it back before it is lost

@@ -37,16 +37,20 @@ func (lz *leaser) idleAfter() time.Duration {
 }
 
 // idleLocked reports whether ls's key has had no traffic for idleAfter and
-// still holds a lease or a share (the shard locked): its next call gives
-// everything back and asks for nothing, no share either, so that a
-// gateway holds nothing for a key a TTL after its last request, whatever
-// that request's answer, and calls no more for it.
+// still holds a lease or a share, or the allocator counts it holding more
+// than it does (requests unsettled at its last call have settled since)
+// (the shard locked): its next call gives everything back and asks for
+// nothing, no share either, so that a TTL after a key's last request,
+// whatever that request's answer, the gateway holds nothing of it, nor
+// does the allocator count anything, and no more calls are made for it.
 func (lz *leaser) idleLocked(ls *leaseState, now bucket.Instant) bool {
 	idle := lz.idleAfter()
 	if idle <= 0 || now.Sub(ls.lastAsked()) < idle {
 		return false
 	}
-	return ls.avail != (ration.Amount{}) || ls.ss != nil && !(ls.ss.share.Zero() && ls.ss.fair.Zero())
+	holds := ls.avail.Add(ls.outstanding)
+	return ls.avail != (ration.Amount{}) || ls.ss != nil && !(ls.ss.share.Zero() && ls.ss.fair.Zero()) ||
+		ls.counted.Requests > holds.Requests || ls.counted.Tokens > holds.Tokens
 }
 
 // accrueLocked credits st's share accrued up to now (the shard locked)
