@@ -269,11 +269,10 @@ func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall 
 		ls.valid(now)
 		ls.updateRate(now)
 		want := ls.need(st.lim)
-		switch {
-		case lz.idleLocked(ls, now):
+		if lz.idleLocked(ls, now) {
 			ls.ret = ls.ret.Add(ls.avail) // everything back, nothing asked
 			ls.avail = ration.Amount{}
-		case lz.inUse(ls, now):
+		} else {
 			ls.returnExcessLocked(st.lim, lz.cfg.tuning.Horizon, now)
 			want = ls.want(st.lim, lz.cfg.tuning.Horizon)
 		}
@@ -797,7 +796,7 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 			send := force && (ls.debt != ration.Amount{} || ls.ret != ration.Amount{} || ls.avail != ration.Amount{})
 			send = send || lz.renewDue(st, now) || lz.idleLocked(ls, now) || ls.overCounted()
 			if ls.avail != (ration.Amount{}) && ls.expiry <= soon {
-				if !lz.inUse(ls, now) {
+				if now.Sub(ls.lastAsked()) > lz.cfg.tuning.Horizon {
 					ls.ret = ls.ret.Add(ls.avail) // not in use: give it back before it is lost
 					ls.avail = ration.Amount{}
 				}

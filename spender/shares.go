@@ -20,13 +20,6 @@ func (lz *leaser) leaseTTL() time.Duration { return time.Duration(lz.ttl.Load())
 // renewEvery is how often a key holding a share is renewed: half a TTL.
 func (lz *leaser) renewEvery() time.Duration { return lz.leaseTTL() / 2 }
 
-// inUse reports whether ls's key had traffic (admitted or refused) within
-// the lease horizon: only then does a call ask for more than the waiting
-// requests need, and an expiring lease is renewed rather than given back.
-func (lz *leaser) inUse(ls *leaseState, now bucket.Instant) bool {
-	return now.Sub(ls.lastAsked()) <= lz.cfg.tuning.Horizon
-}
-
 // idleAfter is how long a key goes without traffic before it counts as
 // idle: as long as still lets its give-back, sent at a maintenance tick and
 // answered within a lead, end within a TTL of its last request (at least
