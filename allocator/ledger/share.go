@@ -160,6 +160,17 @@ func refillTime(lim bucket.Limit, tokens int64, free uint32) time.Duration {
 // between two renewals.
 func shareBurstTime(ttl time.Duration) time.Duration { return ttl / 2 }
 
+// tooSlowToShare reports whether lim's whole request refill would not
+// accrue a request between two renewals (shareBurstTime): split in shares,
+// it would sit in fractions at every spender, none of which could admit the
+// next request, and a retry told to come back when the key's bucket covers
+// it would find the budget spread out. A key that slow (3 RPM on a 10 s
+// TTL, 5 a day) is served from its bucket, a call per admission. (Tokens
+// say nothing of a request; a key without a request limit is not judged.)
+func (s *State) tooSlowToShare(lim ration.Limits) bool {
+	return lim.RPM > 0 && lim.Accrued(ration.Share{Requests: ration.ShareUnit}, shareBurstTime(s.cfg.TTL), false).Requests < 1
+}
+
 // shareKey sets the share of holding i of ks at now, for a call whose key
 // part is k: none without a demand; otherwise the share policy's answer
 // per limited dimension, within what other shares leave free, with a burst
@@ -170,7 +181,7 @@ func shareBurstTime(ttl time.Duration) time.Duration { return ttl / 2 }
 func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant) (sh ration.Share, burst ration.Amount, fair ration.Share) {
 	h := &ks.holds[i]
 	h.demand = k.Demand
-	if k.Demand == (ration.Amount{}) {
+	if k.Demand == (ration.Amount{}) || s.tooSlowToShare(ks.lim) {
 		h.setShare(ration.Share{}, ration.Limits{}, ration.Amount{}, now)
 		return ration.Share{}, ration.Amount{}, ration.Share{}
 	}
@@ -212,15 +223,6 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 	var room ration.Amount
 	sh.Requests, fair.Requests, room.Requests = split(&ks.req, func(h *holding) int64 { return h.demand.Requests }, func(h *holding) uint32 { return h.shareOf(ks.lim).Requests }, others.Requests)
 	sh.Tokens, fair.Tokens, room.Tokens = split(&ks.tok, func(h *holding) int64 { return h.demand.Tokens }, func(h *holding) uint32 { return h.shareOf(ks.lim).Tokens }, others.Tokens)
-	if ks.req.on && ks.lim.Accrued(ration.Share{Requests: fair.Requests}, shareBurstTime(s.cfg.TTL), false).Requests < 1 {
-		// Even the fair share would not accrue a whole request between two
-		// renewals: the refill would sit in fractions at every spender, none
-		// of which could admit the next request, and a retry told to come
-		// back when the key's bucket covers it would find the budget spread
-		// out. A key that slow is served from its bucket, a call per
-		// admission.
-		sh, fair = ration.Share{}, ration.Share{}
-	}
 	// The burst sits on top of what the spender holds (its lease from the
 	// bucket is spent alongside the share: a burst below it would drop the
 	// share's accrual until the lease is spent), within the room.

@@ -86,11 +86,11 @@ func TestNotCoveredWaitIsExactUnderShares(t *testing.T) {
 	}
 }
 
-// A share that would not accrue a whole request in a renewal period (half
-// a TTL) is not granted: a 3 RPM key on a 10 s TTL accrues a quarter of a
-// request in 5 s, and refill split that way would sit in fractions at
-// every gateway. Such a key is served from its bucket, with exact waits;
-// one ten times faster gets its share.
+// No share is granted on a key whose whole refill would not accrue a
+// request in a renewal period (half a TTL): a 3 RPM key on a 10 s TTL
+// accrues a quarter of a request in 5 s, and refill split that way would
+// sit in fractions at every gateway. Such a key is served from its bucket,
+// with exact waits; one ten times faster gets its share.
 func TestNoShareBelowARequestPerRenewal(t *testing.T) {
 	for _, tc := range []struct {
 		lim   ration.Limits
