@@ -106,15 +106,13 @@ func (lz *leaser) refusalLocked(st *keyState, c ration.Amount, now bucket.Instan
 	if ls.askAt <= now && !shareRefuses {
 		return nil
 	}
-	wait, dim := lz.toldWaitLocked(st, lack, now)
-	if ownOK && own <= wait {
-		dim = ownDim
-	}
+	wait, dim := lz.toldWaitLocked(st, lack, now, own, ownDim, ownOK)
 	return ls.rejection(lim, c, dim, wait, now)
 }
 
 // toldWaitLocked is the wait a refusal of a request lacking lack tells the
-// client (its Retry-After), with the dimension it waits on: the earliest
+// client (its Retry-After), with the dimension it waits on, given what the
+// key's share takes (own, on ownDim, if ownOK: shareWaitLocked): the earliest
 // instant the key can admit it on what this spender knows, assuming the
 // shares stay as the last answer split them. That is the sooner of
 //
@@ -133,14 +131,14 @@ func (lz *leaser) refusalLocked(st *keyState, c ration.Amount, now bucket.Instan
 // with this spender's demand in, and no split refills it sooner. (A wait
 // beyond reach for another reason, a debt of 2^50 tokens, stays what it
 // is.) docs/contract.md says how late or early these can be.
-func (lz *leaser) toldWaitLocked(st *keyState, lack ration.Amount, now bucket.Instant) (time.Duration, Dimension) {
+func (lz *leaser) toldWaitLocked(st *keyState, lack ration.Amount, now bucket.Instant, own time.Duration, ownDim Dimension, ownOK bool) (time.Duration, Dimension) {
 	ls, lim := st.ls, st.lim
 	wait, dim := bucket.InfDuration, ls.shortDim
 	if ls.askAt > now {
 		wait = ls.coveredAt.Sub(now)
 	}
-	if d, ddim, ok := lz.shareWaitLocked(st, lack, now); ok && d < wait {
-		wait, dim = d, ddim
+	if ownOK && own < wait {
+		wait, dim = own, ownDim
 	}
 	renew := lz.renewEvery()
 	if ss := ls.ss; ss != nil && (ss.fair.Requests > ss.share.Requests || ss.fair.Tokens > ss.share.Tokens) {
