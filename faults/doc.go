@@ -38,7 +38,8 @@
 //
 // They need Linux and root (the full-disk case mounts a tmpfs, the
 // cluster case builds network namespaces with iproute2's ip), and take
-// about three and a half minutes on two cores. Every process a test starts
+// about five and a half minutes on two cores (the two client-contract cases,
+// run beside each other at the end, two of them). Every process a test starts
 // is killed when the test ends, and its log is printed if the test
 // failed; see docs/faults.md for what each case measures.
 package faults

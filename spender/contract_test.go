@@ -232,7 +232,7 @@ type honouringClient struct {
 
 func newHonouringClient(t testing.TB, f *fleetRig, lim ration.Limits, cost ration.Amount, think time.Duration, seed uint64) *honouringClient {
 	ck := fakeclock.New()
-	return &honouringClient{f: f, lim: lim, cost: cost, think: think, step: 250 * time.Millisecond,
+	return &honouringClient{f: f, lim: lim, cost: cost, think: think, step: 500 * time.Millisecond, // (maintenance every other interval: the test's time under -race)
 		rng: rand.New(rand.NewPCG(seed, 1)), ideal: newLimiter(t, ck), ck: ck}
 }
 
@@ -443,7 +443,7 @@ func TestLeasedIdleKeyGivesEverythingBack(t *testing.T) {
 // 200 such fleets refused; a 60 RPM key spread over 2 to 6 gateways, a
 // request every 5 to 25 s each, did in 4 to 6 of 80: docs/contract.md.)
 func TestLeasedOutageKeepsAKeyBelowItsLimit(t *testing.T) {
-	for seed := range uint64(24) {
+	for seed := range uint64(12) {
 		rng := rand.New(rand.NewPCG(seed, 25))
 		n := 1 + rng.IntN(6)
 		lim := ration.Limits{RPM: []int64{600, 3000}[rng.IntN(2)]}
