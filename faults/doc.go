@@ -33,7 +33,11 @@
 //     member at the raft port (term hijack, log injection, oversize
 //     frames: the replicas stay byte-identical), hostile backups and
 //     membership changes, 20,000 connections that never authenticate,
-//     damaged stores (refused at start, never a panic).
+//     damaged stores (refused at start, never a panic);
+//   - what clients are told (docs/contract.md): a client that comes back
+//     when Retry-After says is admitted, an idle gateway gives a key's
+//     budget back within a TTL, and a key below its limit sees no 429
+//     through any loss of an allocator cluster's leader.
 //
 // The tests are behind the build tag faults, so `go test ./...` does not
 // run them:
@@ -42,7 +46,8 @@
 //
 // They need Linux and root (the full-disk case mounts a tmpfs, the
 // cluster cases build network namespaces with iproute2's ip), and take
-// about four minutes on two cores. Every process a test starts
+// about seven minutes on two cores (the two client-contract cases, run
+// beside each other at the end, two of them). Every process a test starts
 // is killed when the test ends, and its log is printed if the test
 // failed; see docs/faults.md for what each case measures.
 package faults

@@ -115,6 +115,37 @@ func (l *netLayout) heal(t *testing.T, i int) {
 	}
 }
 
+// isolate cuts host i off from the other hosts but not from the root
+// namespace (the test and the gateways): a blackhole route to each peer in
+// its namespace, and to it in each peer's. A leader isolated so loses its
+// majority while its clients still reach it.
+func (l *netLayout) isolate(t *testing.T, i int) {
+	t.Helper()
+	l.routes(t, i, "add")
+}
+
+// rejoin undoes isolate.
+func (l *netLayout) rejoin(t *testing.T, i int) {
+	t.Helper()
+	l.routes(t, i, "del")
+}
+
+// routes adds or deletes (op) the blackhole routes between host i and
+// every other host.
+func (l *netLayout) routes(t *testing.T, i int, op string) {
+	t.Helper()
+	for j, h := range l.hosts {
+		if j == i {
+			continue
+		}
+		for _, r := range [][2]string{{l.hosts[i].ns, h.ip}, {h.ns, l.hosts[i].ip}} {
+			if err := ip("-n", r[0], "route", op, "blackhole", r[1]+"/32"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // command returns the arguments that run path with args inside host i's
 // namespace (ip netns exec sets the namespace and then executes path, so
 // the process keeps the pid a signal is sent to).

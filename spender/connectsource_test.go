@@ -3,6 +3,7 @@ package spender_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -38,8 +39,10 @@ func serveService(t testing.TB, svc *allocator.Service, token string) string {
 }
 
 // TestDialAllocator: a leased Limiter over the network, in each protocol,
-// with the bearer token from a file; a wrong token is refused and the
-// Limiter degrades to its fallback policy instead of failing requests.
+// with the bearer token from a file; a wrong token is refused, and the
+// Limiter says so: Reserve fails naming the cause (not a 429 from its
+// fallback policy), Ready reports it, and, with no logger given, a line
+// goes to slog.Default().
 func TestDialAllocator(t *testing.T) {
 	clk := fakeclock.New()
 	base := serveAllocator(t, clk, "s3cret")
@@ -69,10 +72,22 @@ func TestDialAllocator(t *testing.T) {
 		if _, err := src.Acquire(context.Background(), nil); connect.CodeOf(err) != connect.CodeUnauthenticated {
 			t.Fatalf("Acquire with a wrong token = %v, want Unauthenticated", err)
 		}
+		var logged testkit.SyncBuffer
+		defer slog.SetDefault(slog.Default())
+		slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
 		// The real clock: the slow-path deadline and the retries run on it.
-		l := newLeased(t, ration.SystemClock{}, src, spender.WithFallback(spender.FailClosed), testTuning(50*time.Millisecond))
-		if _, err := l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1}); !errors.Is(err, spender.ErrRateLimited) {
-			t.Fatalf("Reserve with a refused token under FailClosed = %v, want a rejection", err)
+		// Even FailOpen: a refused credential is a misconfiguration, not an
+		// outage to ride through.
+		l := newLeased(t, ration.SystemClock{}, src, spender.WithFallback(spender.FailOpen), testTuning(50*time.Millisecond))
+		_, err = l.Reserve(ctx, "k", lim, ration.Amount{Requests: 1})
+		if !errors.Is(err, spender.ErrCredentialRefused) || !strings.Contains(err.Error(), "invalid bearer token") {
+			t.Fatalf("Reserve with a refused token = %v, want ErrCredentialRefused with the allocator's reason", err)
+		}
+		if err := l.Ready(); !errors.Is(err, spender.ErrCredentialRefused) {
+			t.Fatalf("Ready with a refused token = %v, want ErrCredentialRefused", err)
+		}
+		if out := logged.String(); !strings.Contains(out, "level=ERROR") || !strings.Contains(out, "refused this spender's credential") {
+			t.Fatalf("slog.Default() got %q, want an ERROR line naming the refused credential", out)
 		}
 	})
 	for _, bad := range []string{"", "ftp://x", "localhost:1", "http://"} {

@@ -36,9 +36,21 @@ var (
 	ErrKeyRejected = errors.New("spender: the allocator rejected the key")
 
 	// ErrAllocatorUnreachable is returned by Ready while the allocator
-	// counts as unreachable (until one of its answers arrives), with the
-	// last failure.
+	// does not serve the Limiter, with the cause: its calls fail (three
+	// attempts, or for the slow-path deadline), a request waited for it as
+	// long as it may, or it refused a call outright. Meanwhile the Limiter
+	// admits by its fallback policy. It lasts until one of its answers
+	// arrives.
 	ErrAllocatorUnreachable = errors.New("spender: allocator unreachable")
+
+	// ErrCredentialRefused is matched by the error Ready returns while the
+	// allocator refuses this spender's credential (connect's
+	// Unauthenticated or PermissionDenied: a missing, wrong or revoked
+	// token), and by the error of a Reserve that needs the allocator then
+	// (a valid lease is still spent). The error carries the allocator's
+	// answer. Calls are retried with backoff, so a credential the
+	// allocator accepts again ends it.
+	ErrCredentialRefused = errors.New("spender: the allocator refused this spender's credential")
 
 	// ErrDuplicateSpender is returned by Ready and Close of a leased
 	// Limiter that found another live process using its spender id: the

@@ -168,7 +168,8 @@ func WithFallback(p FallbackPolicy) Option {
 }
 
 // WithLogger sets where a leased Limiter logs its transitions (into and out
-// of fallback, epoch changes, calls given up). The default discards.
+// of fallback, a credential the allocator refuses, epoch changes, calls
+// given up). The default is slog.Default(), read when the Limiter is made.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.lease.logger = l })
 }

@@ -2,6 +2,7 @@ package spender
 
 import (
 	"errors"
+	"fmt"
 	"math/bits"
 	"time"
 
@@ -104,33 +105,34 @@ const (
 
 // judgeLocked applies the leased path's rules to c on st at now (the
 // shard locked), changing no budget but crediting the key's share accrued
-// so far: the lease covers it; the key's share will cover it in time and
-// the global buckets have nothing for it, the allocator named a wait, or
-// the cost can never fit (refuse, with the error); the allocator is
-// unreachable, or w is past its deadline without an answer under way (the
-// fallback policy decides: fallbackCheckLocked); or the allocator must be
-// asked. An error is a key the allocator rejected. w is the waiter of a
-// Reserve asking again, nil on the first ask; a waiter past its deadline
-// while its call is under way is given more time here.
+// so far: the lease covers it; the spender knows when the key can admit it
+// (refusalLocked) or the cost can never fit (refuse, with the error); the
+// allocator is unreachable, or w is past its deadline without an answer
+// under way (the fallback policy decides: fallbackCheckLocked); or the
+// allocator must be asked. An error is a key the allocator rejected, or a
+// credential it refuses. w is the waiter of a Reserve asking again, nil on
+// the first ask; a waiter past its deadline while its call is under way is
+// given more time here.
 func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant, w *waiter) (verdict, *RejectError, error) {
 	ls, lim := st.ls, st.lim
 	if ls.rejected != nil {
 		return 0, nil, ls.rejected
 	}
 	if dim, big := oversize(lim, c); big {
-		return refuse, &RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c}, nil
+		return refuse, ls.rejection(lim, c, dim, 0, now), nil
 	}
 	lz.accrueLocked(st, now)
 	if ls.valid(now) && ls.covers(lim, c) {
 		return admitLease, nil, nil
 	}
-	if rej := lz.shareRefusalLocked(st, c, now); rej != nil {
+	if rej := lz.refusalLocked(st, c, now); rej != nil {
 		return refuse, rej, nil
 	}
 	switch {
-	case ls.notBefore > now:
-		return refuse, &RejectError{RetryAfter: ls.notBefore.Sub(now), Status: ls.status(lim, now), Dimension: ls.shortDim, Cost: c}, nil
 	case lz.fallback.Load(), w != nil && now >= w.deadline && (now >= w.limit || !lz.awaitingAnswer(ls)):
+		if err := lz.refusedCredential(); err != nil {
+			return 0, nil, err
+		}
 		return fallback, nil, nil
 	case w != nil && now >= w.deadline:
 		// Past the slow-path deadline, but the allocator is slow, not
@@ -177,6 +179,9 @@ func (l *Limiter) finishAheadLocked(st *keyState, c ration.Amount, now bucket.In
 	if errors.Is(j.err, ErrKeyRejected) {
 		return nil, time.Time{}, nil, j.err
 	}
+	if err := lz.refusedCredential(); err != nil {
+		return nil, time.Time{}, nil, err
+	}
 	if j.err != nil || j.abandoned {
 		r, err := lz.fallbackLocked(st, c, now)
 		return r, l.timeOf(now), nil, err
@@ -192,15 +197,15 @@ func (l *Limiter) finishAheadLocked(st *keyState, c ration.Amount, now bucket.In
 		lz.cfg.metrics.admit(pathAhead)
 		return ls.reservation(st, c, now, pathAhead, 0), l.timeOf(j.recv.Add(wait)), nil, nil
 	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
-		dim, _ := oversize(lim, c)
-		rej := &RejectError{Status: ls.status(lim, now), Dimension: dim, Oversize: true, Cost: c}
+		rej := ls.rejection(lim, c, 0, 0, now)
 		lz.cfg.metrics.reject(rej)
 		return nil, time.Time{}, nil, rej
 	}
-	rej := &RejectError{RetryAfter: wait, Status: ls.status(lim, now), Dimension: Tokens, Cost: c}
+	dim := Tokens
 	if lim.TPM == 0 {
-		rej.Dimension = Requests
+		dim = Requests
 	}
+	rej := ls.rejection(lim, c, dim, wait, now)
 	lz.cfg.metrics.reject(rej)
 	return nil, time.Time{}, nil, rej
 }
@@ -251,13 +256,21 @@ func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Insta
 
 // fallbackCheckLocked is the fallback policy's answer for c now, nil to
 // admit: FailClosed refuses, FailOpen admits, FallbackShare admits what
-// this spender's share of the key's limits covers (its buckets, at the
-// share, start empty).
+// this spender's share of the key's limits covers (see fallbackFrom).
 func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.Instant) *RejectError {
 	ls := st.ls
+	if !lz.fallback.Load() {
+		// A request that waited for the allocator as long as it may
+		// (SlowPathDeadline + CallTimeout), or whose call was given up:
+		// the allocator is not serving this spender, whatever its calls
+		// say yet. Ready, /readyz and the fallback gauge say so until a
+		// call is answered.
+		lz.setFallback(true, fmt.Errorf("%w: a request got no answer in time (slow-path deadline %v plus call timeout %v)",
+			ErrAllocatorUnreachable, lz.cfg.tuning.SlowPathDeadline, lz.cfg.tuning.CallTimeout))
+	}
 	switch lz.cfg.policy {
 	case FailClosed:
-		return &RejectError{RetryAfter: time.Second, Status: ls.status(st.lim, now), Dimension: Requests, Cost: c}
+		return ls.rejection(st.lim, c, Requests, time.Second, now)
 	case FailOpen:
 		return nil
 	}
@@ -271,11 +284,10 @@ func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.
 	}
 	share := fallbackShareOf(st.lim, own, ls.snapShared, int64(n))
 	if !ls.fallback || ls.fbLim != share {
-		// Buckets at the share that start empty: the global bucket was
-		// probably spent when the allocator went away, and a full start
-		// would add a burst of the whole capacity across the fleet.
-		fresh := newKeyState(st.sh, st.key, share, now) // a bucket holder, never linked
-		fresh.take(share.Capacity())
+		// Full at the instant the key stopped getting refill from the
+		// allocator, then down to its part of what the global buckets held.
+		fresh := newKeyState(st.sh, st.key, share, ls.fallbackFrom(now)) // a bucket holder, never linked
+		fresh.take(share.Capacity().Sub(fallbackStart(st.lim, share, ls.snapRem)))
 		st.req, st.tok = fresh.req, fresh.tok
 		ls.fallback, ls.fbLim = true, share
 	}
@@ -287,7 +299,7 @@ func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.
 		w = time.Second // above this spender's share: try again when the allocator is back
 	}
 	if w > 0 {
-		return &RejectError{RetryAfter: w, Status: fb.status(), Dimension: dim, Cost: c}
+		return ls.rejection(st.lim, c, dim, w, now)
 	}
 	return nil
 }
@@ -315,6 +327,22 @@ func fallbackShareOf(lim ration.Limits, own, shared ration.Share, n int64) ratio
 		BurstTokens:   part(capacity.Tokens, own.Tokens, shared.Tokens),
 		Window:        lim.Window,
 	}
+}
+
+// fallbackStart is what fallback buckets at part (fallbackShareOf of lim)
+// start with, per dimension: that part of rem, what the key's global
+// buckets held at the last answer. While every spender falls back from its
+// own part the fleet starts with at most what the global buckets held, and
+// each spender with at most its part's capacity.
+func fallbackStart(lim, part ration.Limits, rem ration.Amount) ration.Amount {
+	c, pc := lim.Capacity(), part.Capacity()
+	of := func(rem, c, pc int64) int64 {
+		if rem <= 0 || c <= 0 {
+			return 0
+		}
+		return min(pc, scale(min(rem, c), uint64(min(pc, c)), uint64(c)))
+	}
+	return ration.Amount{Requests: of(rem.Requests, c.Requests, pc.Requests), Tokens: of(rem.Tokens, c.Tokens, pc.Tokens)}
 }
 
 // scale is v × num / den rounded down, for 0 <= v and num <= den (so the

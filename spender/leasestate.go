@@ -32,6 +32,10 @@ type leaseState struct {
 
 	debt ration.Amount // spent beyond any grant, not yet reported
 	ret  ration.Amount // to give back on the next call
+	// counted is what the allocator's last answer counted this spender as
+	// holding (unsettled requests at the call included): an idle key tells
+	// it when it holds less, so that the allocator's count is 0 too.
+	counted ration.Amount
 
 	// reserved is what was reserved at admission since the state was made
 	// (spentTotal before refunds): a dimension that reserves far more than
@@ -42,9 +46,12 @@ type leaseState struct {
 	// known, to size the first asks (want).
 	lastCost ration.Amount
 
-	notBefore bucket.Instant // after NOT_COVERED: answer locally until then
-	shortDim  Dimension      // the dimension that was short then
-	rejected  error          // the allocator refused the key's entry as invalid (ErrKeyRejected)
+	// After NOT_COVERED: the global buckets cover the need from coveredAt
+	// (the allocator's exact wait), and the key answers locally until askAt
+	// (coveredAt, or a renewal period after the answer if sooner).
+	coveredAt, askAt bucket.Instant
+	shortDim         Dimension // the dimension that was short then
+	rejected         error     // the allocator refused the key's entry as invalid (ErrKeyRejected)
 
 	waitMax ration.Amount // the largest cost a waiting Reserve needs
 	waitSum ration.Amount // the sum of the costs waiting Reserves need
@@ -335,6 +342,26 @@ func (ls *leaseState) settle(lim ration.Limits, reserved, actual ration.Amount, 
 	}
 }
 
+// rejection is the refusal of c, short in dim (or above its capacity),
+// with wait: the key's status (see status), except that the refused
+// dimension's remaining is below the cost. The estimate of the global
+// buckets can read more than this spender can admit now (other spenders'
+// leases, refill that goes to their shares, a bucket judged not worth a
+// call at saturation), and a refusal must not say "1 requested, 8
+// remaining" in its message or headers.
+func (ls *leaseState) rejection(lim ration.Limits, c ration.Amount, dim Dimension, wait time.Duration, now bucket.Instant) *RejectError {
+	req, tok := ls.remaining(lim, now)
+	if big, isBig := oversize(lim, c); isBig {
+		return &RejectError{Status: leasedStatus(lim, req, tok), Dimension: big, Oversize: true, Cost: c}
+	}
+	if dim == Requests {
+		req = min(req, max(0, c.Requests-1))
+	} else {
+		tok = min(tok, max(0, c.Tokens-1))
+	}
+	return &RejectError{RetryAfter: wait, Status: leasedStatus(lim, req, tok), Dimension: dim, Cost: c}
+}
+
 // setSnapshot records the global state an answer reported at now.
 func (ls *leaseState) setSnapshot(sn *leasev1.Snapshot, now bucket.Instant) {
 	if sn == nil {
@@ -456,14 +483,20 @@ func (ls *leaseState) want(lim ration.Limits, horizon time.Duration) ration.Amou
 	h := horizon.Seconds()
 	target := ration.Amount{Requests: int64(ls.rateReq * h), Tokens: int64(ls.rateTok * h)}
 	if ls.rateReq == 0 && ls.rateTok == 0 {
-		// No history yet: a few requests' worth, but never more than an
-		// eighth of the key's capacity, so that the first gateway to see a
-		// small key does not lease all of it while others see it empty.
-		target = ration.Amount{
-			Requests: min(4*max(1, ls.lastCost.Requests), lim.Capacity().Requests/8),
-			Tokens:   min(4*ls.lastCost.Tokens, lim.Capacity().Tokens/8),
-		}
+		// No history yet: a few requests' worth, at most an eighth of the
+		// capacity in tokens too, so that the first gateway to see a small
+		// key does not lease all of it while others see it empty.
+		target = ration.Amount{Requests: 4 * max(1, ls.lastCost.Requests), Tokens: min(4*ls.lastCost.Tokens, lim.Capacity().Tokens/8)}
 	}
+	// Never more than an eighth of the key's capacity in requests, so that
+	// one gateway (its rate measured over a few requests, or none) does not
+	// lease a small key's budget while others find it empty and tell their
+	// clients to wait for the refill (a 5-a-day key leased whole by the
+	// gateway that saw its first request). Tokens are not capped: requests
+	// reserve far more than they use (up to max_tokens), and a lease must
+	// hold the reservations in flight. What the waiting requests need comes
+	// on top.
+	target.Requests = min(target.Requests, lim.Capacity().Requests/8)
 	if ls.ss != nil {
 		// A key that takes a share asks for at least a request's worth:
 		// the allocator sizes the share's burst from it, and a burst below
@@ -490,11 +523,55 @@ func (ls *leaseState) setLowWater(lead time.Duration) {
 	ls.lowWater = ration.Amount{Requests: int64(ls.rateReq * s), Tokens: int64(ls.rateTok * s)}
 }
 
+// fallbackFrom is the instant a key's fallback buckets, made at now for an
+// outage, refill from at its fallback share (fallbackStart says at what
+// level): when the key stopped getting refill from the allocator. That is
+// its last answer, or, with a share, when its accrual paused (the first
+// send of the call that went unanswered, after the answer); a key never
+// answered starts now. So the fallback goes on where the allocator left
+// off: a gateway whose lease runs out during an outage goes on admitting
+// at its share, as it would have with the allocator, rather than from an
+// empty bucket (3–5 false 429s a minute at half the limit through a
+// failover).
+func (ls *leaseState) fallbackFrom(now bucket.Instant) bucket.Instant {
+	if !ls.hasSnap {
+		return now
+	}
+	from := ls.snapAt
+	if ss := ls.ss; ss != nil && ss.paused {
+		from = max(from, ss.sent)
+	}
+	return min(from, now)
+}
+
+// overCounted reports whether a key without a share has spent its lease in
+// a dimension and the allocator, as of its last answer, counts it holding
+// there requests it has settled since: it tells the allocator at the next
+// maintenance tick.
+// Until told, the allocator counts them against the key's cap, which in
+// strict mode burns the refill meanwhile (a 3 RPM key lost 9.5 s of refill
+// after each request, its Retry-After that much late). A key with a share
+// renews every half TTL anyway, and one with a lease calls when it runs
+// low or idle.
+func (ls *leaseState) overCounted() bool {
+	return (ls.ss == nil || ls.ss.share.Zero()) &&
+		(ls.avail.Requests == 0 && ls.counted.Requests > ls.outstanding.Requests ||
+			ls.avail.Tokens == 0 && ls.counted.Tokens > ls.outstanding.Tokens)
+}
+
+// holds reports whether the key holds anything at now: a lease, admitted
+// requests not yet settled, a share, something to report, or a call under
+// way (the keys_held gauge).
+func (ls *leaseState) holds(now bucket.Instant) bool {
+	return ls.avail != ration.Amount{} || ls.outstanding != ration.Amount{} || ls.debt != ration.Amount{} || ls.ret != ration.Amount{} ||
+		ls.queued || ls.inCall || ls.ss != nil && !ls.ss.share.Zero() && now < ls.expiry
+}
+
 // idle reports whether the state holds nothing and may be dropped.
 func (ls *leaseState) idle(now bucket.Instant) bool {
 	ls.valid(now)
 	return ls.avail == ration.Amount{} && ls.outstanding == ration.Amount{} && ls.debt == ration.Amount{} && ls.ret == ration.Amount{} &&
-		!ls.queued && !ls.inCall && ls.notBefore <= now && now.Sub(ls.lastUse) > time.Minute
+		!ls.queued && !ls.inCall && ls.askAt <= now && now.Sub(ls.lastUse) > time.Minute
 }
 
 // status estimates the key's global budget for headers: the global bucket

@@ -114,7 +114,7 @@ func (c *leaseCall) method() string {
 func newLeaser(l *Limiter, cfg leaseConfig, now bucket.Instant) *leaser {
 	lz := &leaser{l: l, cfg: cfg, log: cfg.logger, id: cfg.spenderID, epoch: cfg.epoch, nextTick: now.Add(cfg.tuning.MaintenanceInterval)}
 	if lz.log == nil {
-		lz.log = slog.New(slog.DiscardHandler)
+		lz.log = slog.Default()
 	}
 	if lz.id == "" {
 		host, _ := os.Hostname()
@@ -268,17 +268,24 @@ func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall 
 		}
 		ls.valid(now)
 		ls.updateRate(now)
-		ls.returnExcessLocked(st.lim, lz.cfg.tuning.Horizon, now)
+		want := ls.need(st.lim)
+		if lz.idleLocked(ls, now) {
+			ls.ret = ls.ret.Add(ls.avail) // everything back, nothing asked
+			ls.avail = ration.Amount{}
+		} else {
+			ls.returnExcessLocked(st.lim, lz.cfg.tuning.Horizon, now)
+			want = ls.want(st.lim, lz.cfg.tuning.Horizon)
+		}
 		held := ls.avail.Add(ls.outstanding).Positive()
 		c.acquire.Keys = append(c.acquire.Keys, &leasev1.KeyAcquire{
 			Key: st.key, Limits: toLimits(st.lim),
-			Want:      toAmount(ls.want(st.lim, lz.cfg.tuning.Horizon)),
+			Want:      toAmount(want),
 			Need:      toAmount(ls.need(st.lim)),
 			SpendRate: toAmount(ration.Amount{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)}),
 			Returned:  toAmount(ls.ret),
 			Held:      toAmount(held),
 			Debt:      toAmount(ls.debt),
-			Demand:    toAmount(ls.demand(st.lim, now, lz.leaseTTL())),
+			Demand:    toAmount(ls.demand(st.lim, now, lz.idleAfter())),
 		})
 		ls.ret, ls.debt, ls.waitMax, ls.waitSum = ration.Amount{}, ration.Amount{}, ration.Amount{}, ration.Amount{}
 		ls.queued, ls.inCall = false, true
@@ -367,9 +374,16 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 	// An attempt we stopped waiting for is a slow allocator (or a lost
 	// message) until the call has gone unanswered as long as a waiter may
 	// wait: the slow-path deadline plus the call timeout. A failure the
-	// network or the allocator reported is an outage sooner.
+	// network or the allocator reported is an outage sooner. A refused
+	// credential is at once: retrying soon will not change the allocator's
+	// mind, and admitting by the fallback policy would hide the
+	// misconfiguration, so Reserves that need the allocator fail naming it
+	// (the call is still retried with backoff: a credential the allocator
+	// accepts again ends it).
 	tune := lz.cfg.tuning
 	cut := errors.Is(err, leasedrive.ErrTimedOut)
+	code := connect.CodeOf(err)
+	refused := code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied
 	if !cut {
 		c.fails++
 	}
@@ -377,21 +391,29 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 	c.resendAt = now.Add(c.backoff/2 + jitter)
 	c.backoff = min(2*c.backoff, max(time.Second, lz.leaseTTL()/4))
 	age := now.Sub(c.sent)
-	unreachable := age >= tune.SlowPathDeadline+tune.CallTimeout ||
+	unreachable := refused || age >= tune.SlowPathDeadline+tune.CallTimeout ||
 		!cut && (c.fails >= 3 || age >= tune.SlowPathDeadline)
 	lz.mu.Unlock()
 	if unreachable {
+		down := fmt.Errorf("%w: %w", ErrAllocatorUnreachable, err)
+		if refused {
+			down = fmt.Errorf("%w: %w", ErrCredentialRefused, err)
+		}
+		lz.setFallback(true, down) // before the waiters look again
 		lz.giveUp(c, now)
-		lz.setFallback(true, err)
 	}
 }
 
 // dropLocked gives c up for good (with lz.mu held, which it releases):
-// retrying cannot help. Its waiters are let go.
+// retrying cannot help. The allocator is not serving this spender: its
+// waiters are let go to the fallback policy (asking again would only be
+// refused again, a call per look), and Ready says so until a call is
+// answered.
 func (lz *leaser) dropLocked(c *leaseCall, now bucket.Instant, msg string, err error) {
 	lz.call = nil
 	lz.mu.Unlock()
 	lz.log.Error(msg, "method", c.method(), "err", err)
+	lz.setFallback(true, fmt.Errorf("%w: it refused a call: %w", ErrAllocatorUnreachable, err))
 	lz.giveUp(c, now)
 	lz.checkFlushes()
 }
@@ -477,7 +499,21 @@ func (lz *leaser) ready() error {
 	case lz.dup != nil:
 		return lz.dup
 	case lz.fallback.Load():
-		return fmt.Errorf("%w: %w", ErrAllocatorUnreachable, lz.down)
+		return lz.down
+	}
+	return nil
+}
+
+// refusedCredential is the allocator's refusal of this spender's
+// credential while it lasts (ErrCredentialRefused), nil otherwise.
+func (lz *leaser) refusedCredential() error {
+	if !lz.fallback.Load() {
+		return nil
+	}
+	lz.mu.Lock()
+	defer lz.mu.Unlock()
+	if errors.Is(lz.down, ErrCredentialRefused) {
+		return lz.down
 	}
 	return nil
 }
@@ -612,6 +648,7 @@ func (lz *leaser) applyGrant(st *keyState, req *leasev1.KeyAcquire, g *leasev1.K
 	ls := st.ls
 	need := fromAmount(req.GetNeed())
 	ls.expiry = expiry
+	ls.fallback = false // an answer ends the outage for the key: the next one falls back from it
 	if recv >= expiry {
 		ls.avail = ration.Amount{} // the answer came too late to spend anything
 	}
@@ -620,9 +657,16 @@ func (lz *leaser) applyGrant(st *keyState, req *leasev1.KeyAcquire, g *leasev1.K
 		if recv < expiry {
 			ls.avail = ls.avail.Add(st.lim.Limited(fromAmount(g.GetGranted())))
 		}
-		ls.notBefore = 0
+		ls.coveredAt, ls.askAt = 0, 0
 	case leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED:
-		ls.notBefore = recv.Add(wireDuration(g.GetRetryAfterUs()))
+		// The wait is exact at the refill the shares leave the global
+		// buckets; shares may be split anew at the next renewals, so the
+		// key asks again after a renewal period at most.
+		w := wireDuration(g.GetRetryAfterUs())
+		ls.coveredAt, ls.askAt = recv.Add(w), recv.Add(w)
+		if r := lz.renewEvery(); r > 0 && r < w {
+			ls.askAt = recv.Add(r)
+		}
 		ls.shortDim = shortDim(st.lim, need, g.GetSnapshot())
 	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
 		// The need can never fit the limits the call carried. A request
@@ -634,6 +678,7 @@ func (lz *leaser) applyGrant(st *keyState, req *leasev1.KeyAcquire, g *leasev1.K
 	if g.GetHeld() != nil {
 		ls.trimTo(st.lim, fromAmount(g.GetHeld()))
 	}
+	ls.counted = st.lim.Limited(fromAmount(g.GetHeld()))
 	// The share replaces the last one (none: zero) and accrues from
 	// receipt, on the limits the call carried: the allocator's.
 	ls.setShare(g.GetShare(), g.GetShareBurst(), g.GetShareFair(), fromLimits(req.GetLimits()), fromAmount(req.GetDemand()), sent, recv)
@@ -671,8 +716,10 @@ func shortDim(lim ration.Limits, need ration.Amount, sn *leasev1.Snapshot) Dimen
 	return Tokens
 }
 
-// setFallback records whether the allocator is reachable, logging and
-// counting each switch once.
+// setFallback records whether the allocator serves this spender (off) or
+// not (on, with the reason Ready reports: an error wrapping
+// ErrAllocatorUnreachable, ErrCredentialRefused or ErrDuplicateSpender),
+// logging and counting each switch once.
 func (lz *leaser) setFallback(on bool, err error) {
 	if on {
 		lz.mu.Lock()
@@ -683,9 +730,13 @@ func (lz *leaser) setFallback(on bool, err error) {
 		return
 	}
 	lz.cfg.metrics.setFallback(on)
-	if on {
+	switch {
+	case on && errors.Is(err, ErrCredentialRefused):
+		lz.log.Error("spender: the allocator refused this spender's credential; requests without a valid lease fail until it accepts it",
+			"err", err)
+	case on:
 		lz.log.Warn("spender: allocator unreachable; spending valid leases, then falling back", "policy", lz.cfg.policy.String(), "err", err)
-	} else {
+	default:
 		lz.log.Info("spender: allocator reachable again; fallback admissions are reported as debt")
 	}
 }
@@ -741,7 +792,6 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 		if now >= sh.sweepAt {
 			sh.sweepLocked(now) // idle keys go even when no traffic touches their shard
 		}
-		held += sh.keys.n
 		for st := range sh.keys.all() {
 			ls := st.ls
 			lz.accrueLocked(st, now)
@@ -750,15 +800,18 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 				shareRate[0] += r
 				shareRate[1] += t
 			}
+			ls.valid(now)
+			if ls.holds(now) {
+				held++
+			}
 			if ls.queued {
 				continue
 			}
-			ls.valid(now)
 			send := force && (ls.debt != ration.Amount{} || ls.ret != ration.Amount{} || ls.avail != ration.Amount{})
-			send = send || lz.renewDue(st, now)
+			send = send || lz.renewDue(st, now) || lz.idleLocked(ls, now) || ls.overCounted()
 			if ls.avail != (ration.Amount{}) && ls.expiry <= soon {
-				if now.Sub(ls.lastUse) > lz.cfg.tuning.Horizon {
-					ls.ret = ls.ret.Add(ls.avail) // idle: give it back before it is lost
+				if now.Sub(ls.lastAsked()) > lz.cfg.tuning.Horizon {
+					ls.ret = ls.ret.Add(ls.avail) // not in use: give it back before it is lost
 					ls.avail = ration.Amount{}
 				}
 				send = true

@@ -28,8 +28,8 @@ import (
 //	lease_calls_total{method,result}  allocator calls: Acquire, ReserveAhead,
 //	                               Release; result ok or error (each attempt)
 //	lease_call_seconds{method}     allocator call latency (successful attempts)
-//	keys_held                      keys this Limiter holds state for
-//	fallback                       1 while the allocator is unreachable
+//	keys_held                      keys holding a lease, a share, admitted requests not yet settled or something to report
+//	fallback                       1 while the allocator does not serve this Limiter (it admits by its fallback policy)
 //	returned_total{dimension}      requests and tokens the allocator credited back
 //	usage_ratio                    actual tokens over reserved tokens at Settle:
 //	                               how much the estimate (prompt + max_tokens)
@@ -93,9 +93,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Latency of successful allocator calls, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}, []string{"method"}),
 		keysHeld: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "keys_held",
-			Help: "Keys this Limiter holds state for."}),
+			Help: "Keys holding a lease, a share, admitted requests not yet settled or something to report; 0 a TTL after the last request."}),
 		fallback: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "fallback",
-			Help: "1 while the allocator is unreachable and the fallback policy applies."}),
+			Help: "1 while the allocator does not serve this Limiter (unreachable, refusing its calls or its credential) and the fallback policy applies."}),
 		returnedRequests: returned.WithLabelValues("requests"),
 		returnedTokens:   returned.WithLabelValues("tokens"),
 		accruedRequests:  accrued.WithLabelValues("requests"),

@@ -20,6 +20,32 @@ func (lz *leaser) leaseTTL() time.Duration { return time.Duration(lz.ttl.Load())
 // renewEvery is how often a key holding a share is renewed: half a TTL.
 func (lz *leaser) renewEvery() time.Duration { return lz.leaseTTL() / 2 }
 
+// idleAfter is how long a key goes without traffic before it counts as
+// idle: as long as still lets its give-back, sent at a maintenance tick and
+// answered within a lead, end within a TTL of its last request (at least
+// half a TTL; 0 before any answer).
+func (lz *leaser) idleAfter() time.Duration {
+	ttl := lz.leaseTTL()
+	return max(ttl/2, ttl-2*lz.cfg.tuning.MaintenanceInterval-lz.lead())
+}
+
+// idleLocked reports whether ls's key has had no traffic for idleAfter and
+// still holds a lease or a share, or the allocator counts it holding more
+// than it does (requests unsettled at its last call have settled since)
+// (the shard locked): its next call gives everything back and asks for
+// nothing, no share either, so that a TTL after a key's last request,
+// whatever that request's answer, the gateway holds nothing of it, nor
+// does the allocator count anything, and no more calls are made for it.
+func (lz *leaser) idleLocked(ls *leaseState, now bucket.Instant) bool {
+	idle := lz.idleAfter()
+	if idle <= 0 || now.Sub(ls.lastAsked()) < idle {
+		return false
+	}
+	holds := ls.avail.Add(ls.outstanding)
+	return ls.avail != (ration.Amount{}) || ls.ss != nil && !(ls.ss.share.Zero() && ls.ss.fair.Zero()) ||
+		ls.counted.Requests > holds.Requests || ls.counted.Tokens > holds.Tokens
+}
+
 // accrueLocked credits st's share accrued up to now (the shard locked)
 // and counts it.
 func (lz *leaser) accrueLocked(st *keyState, now bucket.Instant) {
@@ -64,33 +90,94 @@ func (lz *leaser) globalShort(ls *leaseState, lim ration.Limits, n ration.Amount
 		lim.TPM > 0 && short(ls.snapRem.Tokens, n.Tokens, worth.Tokens, capacity.Tokens)
 }
 
-// shareRefusalLocked is the local refusal of c on st at now when the
-// lease does not cover it (the shard locked): the key's share covers the
-// shortfall within the lease and the global buckets, as last reported,
-// have nothing for it. RetryAfter is the time the share takes to accrue
-// the shortfall. nil: the share cannot answer (none, paused by an
-// outage, the cost above its burst, the lease ending first, or room in
-// the global buckets): the other rules decide.
-func (lz *leaser) shareRefusalLocked(st *keyState, c ration.Amount, now bucket.Instant) *RejectError {
+// refusalLocked is the local refusal of c on st at now when the lease does
+// not cover it (the shard locked), or nil when the allocator must be asked
+// (or the fallback policy decide). The key refuses locally while a wait the
+// allocator named for its global buckets runs (askAt: a renewal period at
+// most, since shares may be split anew), or when its refill share will
+// cover the shortfall within the lease and the global buckets had nothing
+// for it in the last answer (less than the shortfall, or too little to be
+// worth a call at saturation: globalShort). RetryAfter is toldWaitLocked's.
+func (lz *leaser) refusalLocked(st *keyState, c ration.Amount, now bucket.Instant) *RejectError {
 	ls, lim := st.ls, st.lim
-	if !shareUsable(st, now) || ls.ss.paused && lz.fallback.Load() {
+	lack := lim.Limited(c).Sub(ls.avail).Positive()
+	own, ownDim, ownOK := lz.shareWaitLocked(st, lack, now)
+	shareRefuses := ownOK && now.Add(own) < ls.expiry && lz.globalShort(ls, lim, lack, now)
+	if ls.askAt <= now && !shareRefuses {
 		return nil
+	}
+	wait, dim := lz.toldWaitLocked(st, lack, now, own, ownDim, ownOK)
+	return ls.rejection(lim, c, dim, wait, now)
+}
+
+// toldWaitLocked is the wait a refusal of a request lacking lack tells the
+// client (its Retry-After), with the dimension it waits on, given what the
+// key's share takes (own, on ownDim, if ownOK: shareWaitLocked): the earliest
+// instant the key can admit it on what this spender knows, assuming the
+// shares stay as the last answer split them. That is the sooner of
+//
+//   - the allocator's exact wait for the key's global buckets, at the
+//     refill the shares leave them (after a NOT_COVERED answer, while the
+//     key does not ask again);
+//   - the time this spender's refill share takes to accrue lack (its
+//     renewals carry the share past the lease);
+//   - while the share is below the fair share the allocator named (others
+//     still hold the rest and give it back as they renew), a renewal
+//     period plus the time the fair share takes.
+//
+// When none of these is known because the shares take the whole refill
+// (and this spender has none), it is a renewal period plus the time the
+// key's whole rate takes to refill lack: by then the shares are split anew
+// with this spender's demand in, and no split refills it sooner. (A wait
+// beyond reach for another reason, a debt of 2^50 tokens, stays what it
+// is.) docs/contract.md says how late or early these can be.
+func (lz *leaser) toldWaitLocked(st *keyState, lack ration.Amount, now bucket.Instant, own time.Duration, ownDim Dimension, ownOK bool) (time.Duration, Dimension) {
+	ls, lim := st.ls, st.lim
+	wait, dim := bucket.InfDuration, ls.shortDim
+	if ls.askAt > now {
+		wait = ls.coveredAt.Sub(now)
+	}
+	if ownOK && own < wait {
+		wait, dim = own, ownDim
+	}
+	renew := lz.renewEvery()
+	if ss := ls.ss; ss != nil && (ss.fair.Requests > ss.share.Requests || ss.fair.Tokens > ss.share.Tokens) {
+		if d, ok := ss.lim.AccrualTime(ss.fair, lack); ok && renew+d < wait {
+			wait = renew + d
+		}
+	}
+	if shared := ls.snapShared; wait >= bucket.InfDuration/2 &&
+		(lim.RPM > 0 && shared.Requests >= ration.ShareUnit || lim.TPM > 0 && shared.Tokens >= ration.ShareUnit) {
+		d, _ := lim.AccrualTime(ration.Share{Requests: ration.ShareUnit, Tokens: ration.ShareUnit}, lack)
+		wait = renew + d
+	}
+	return wait, dim
+}
+
+// shareWaitLocked is the time st's share takes to accrue lack, and the
+// dimension that takes longest; ok is false when the share cannot cover it
+// (none, one granted on other limits, paused by an outage, or lack above
+// its burst). It does not stop at the lease's expiry: renewals carry the
+// share on.
+func (lz *leaser) shareWaitLocked(st *keyState, lack ration.Amount, now bucket.Instant) (time.Duration, Dimension, bool) {
+	ls := st.ls
+	if !shareUsable(st, now) || ls.ss.paused && lz.fallback.Load() {
+		return 0, 0, false
 	}
 	ss := ls.ss
-	lc := lim.Limited(c)
-	short := lc.Sub(ls.avail).Positive()
-	if short.Requests > 0 && lc.Requests > ss.burst.Requests || short.Tokens > 0 && lc.Tokens > ss.burst.Tokens {
-		return nil // accrual stops at the burst before it covers c
+	lc := lack.Add(ls.avail)
+	if lack.Requests > 0 && lc.Requests > ss.burst.Requests || lack.Tokens > 0 && lc.Tokens > ss.burst.Tokens {
+		return 0, 0, false // accrual stops at the burst before it covers the cost
 	}
-	d, ok := ss.lim.AccrualTime(ss.share, short)
-	if !ok || now.Add(d) >= ls.expiry || !lz.globalShort(ls, lim, short, now) {
-		return nil
+	d, ok := ss.lim.AccrualTime(ss.share, lack)
+	if !ok {
+		return 0, 0, false
 	}
 	dim := Tokens
-	if dr, _ := ss.lim.AccrualTime(ss.share, ration.Amount{Requests: short.Requests}); dr == d && short.Requests > 0 {
+	if dr, _ := ss.lim.AccrualTime(ss.share, ration.Amount{Requests: lack.Requests}); dr == d && lack.Requests > 0 {
 		dim = Requests
 	}
-	return &RejectError{RetryAfter: d, Status: ls.status(lim, now), Dimension: dim, Cost: c}
+	return d, dim, true
 }
 
 // shareRefills reports whether st's share, not an allocator call, should

@@ -280,12 +280,12 @@ func burn(b *bucket.Bucket, held int64, ttl time.Duration, strict bool) {
 	// potential only grows within the room under the cap), except after a
 	// limit decrease, when holdings granted under the old limits may exceed
 	// the new cap on their own. Taking that from the bucket as debt would
-	// stop the key for as long as it takes to refill it.
-	if excess > level {
-		b.Take(level / scale)
-		return
-	}
-	b.Take((excess + scale - 1) / scale)
+	// stop the key for as long as it takes to refill it. The burn is
+	// exact, in the bucket's units: rounded up to a whole token, a cap
+	// exceeded by a microsecond's refill burned a token, which for a key of
+	// 5 a day is 4.8 hours of refill (its bucket fell a request behind the
+	// wait it had named).
+	*b = b.WithLevel(level - min(excess, level))
 }
 
 func (k *keyState) find(spender string, epoch uint64) int {

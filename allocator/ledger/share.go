@@ -161,6 +161,17 @@ func refillTime(lim bucket.Limit, tokens int64, free uint32) time.Duration {
 // between two renewals.
 func shareBurstTime(ttl time.Duration) time.Duration { return ttl / 2 }
 
+// tooSlowToShare reports whether lim's whole request refill would not
+// accrue a request between two renewals (shareBurstTime): split in shares,
+// it would sit in fractions at every spender, none of which could admit the
+// next request, and a retry told to come back when the key's bucket covers
+// it would find the budget spread out. A key that slow (3 RPM on a 10 s
+// TTL, 5 a day) is served from its bucket, a call per admission. (Tokens
+// say nothing of a request; a key without a request limit is not judged.)
+func (s *State) tooSlowToShare(lim ration.Limits) bool {
+	return lim.RPM > 0 && lim.Accrued(ration.Share{Requests: ration.ShareUnit}, shareBurstTime(s.cfg.TTL), false).Requests < 1
+}
+
 // shareKey sets the share of holding i of ks at now, for a call whose key
 // part is k: none without a demand, nor in a dimension where a holding of
 // its credential owes (its debt took the level below zero); otherwise the share
@@ -174,7 +185,7 @@ func shareBurstTime(ttl time.Duration) time.Duration { return ttl / 2 }
 func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant) (sh ration.Share, burst ration.Amount, fair ration.Share) {
 	h := &ks.holds[i]
 	h.demand = k.Demand
-	if k.Demand == (ration.Amount{}) {
+	if k.Demand == (ration.Amount{}) || s.tooSlowToShare(ks.lim) {
 		h.setShare(ration.Share{}, ration.Limits{}, ration.Amount{}, now)
 		return ration.Share{}, ration.Amount{}, ration.Share{}
 	}
@@ -226,10 +237,10 @@ func (s *State) shareKey(ks *keyState, i int, k *AcquireKey, now bucket.Instant)
 	// share's accrual until the lease is spent), within the room.
 	bank := ks.lim.Accrued(sh, shareBurstTime(s.cfg.TTL), false).Max(k.Need).Max(k.Want)
 	burst = h.held.Add(bank).Min(room)
-	if burst.Requests <= h.held.Requests {
+	if sh.Requests == 0 || burst.Requests <= h.held.Requests {
 		sh.Requests, burst.Requests = 0, 0
 	}
-	if burst.Tokens <= h.held.Tokens {
+	if sh.Tokens == 0 || burst.Tokens <= h.held.Tokens {
 		sh.Tokens, burst.Tokens = 0, 0
 	}
 	h.setShare(sh, ks.lim, burst, now)

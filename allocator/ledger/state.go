@@ -619,10 +619,13 @@ func (s *State) acquireKey(k *AcquireKey, ss *session, c Caller, now bucket.Inst
 	case !fits(&ks.req, k.Need.Requests) || !fits(&ks.tok, k.Need.Tokens):
 		out.Status = StatusTooLarge
 	default:
+		// The exact wait at the rate the shares leave the bucket: what the
+		// spender tells its client (it asks again sooner, at its renewal,
+		// in case the shares are split anew).
 		free := ks.freeShare()
 		w := max(wait(&ks.req, k.Need.Requests, free.Requests, now), wait(&ks.tok, k.Need.Tokens, free.Tokens, now))
 		if w > 0 {
-			out.Status, out.RetryAfter = StatusNotCovered, min(w, s.sharedWait(free))
+			out.Status, out.RetryAfter = StatusNotCovered, w
 			break
 		}
 		out.Status = StatusOK
@@ -634,6 +637,13 @@ func (s *State) acquireKey(k *AcquireKey, ss *session, c Caller, now bucket.Inst
 	out.Held = h.held
 	out.Snapshot = ks.snapshot()
 	out.ActiveSpenders = len(ks.holds)
+	if h.held == (ration.Amount{}) && h.share.Zero() && k.Want == (ration.Amount{}) && k.Need == (ration.Amount{}) && k.Demand == (ration.Amount{}) {
+		// A spender that holds nothing and asks for nothing, not even a
+		// share, has given the key back (an idle gateway): it is no longer
+		// one of the key's active spenders. A repeat of this call after a
+		// lost session record can then only be granted from the bucket.
+		ks.holds = slices.Delete(ks.holds, hi, hi+1)
+	}
 	return out
 }
 
@@ -668,16 +678,6 @@ func wait(d *dim, n int64, free uint32, now bucket.Instant) time.Duration {
 		w = min(w, bucket.InfDuration-later) + later
 	}
 	return w
-}
-
-// sharedWait caps the wait a NOT_COVERED answer names while shares take
-// part of the refill: they are re-split within half a TTL (the spenders'
-// renewal), so the bucket's own rate may rise before the named time.
-func (s *State) sharedWait(free ration.Share) time.Duration {
-	if free.Requests == ration.ShareUnit && free.Tokens == ration.ShareUnit {
-		return bucket.InfDuration
-	}
-	return shareBurstTime(s.cfg.TTL)
 }
 
 // grant sizes and takes one dimension's grant; need is covered.

@@ -158,8 +158,10 @@ func TestEveryBudgetTracksTheIdeal(t *testing.T) {
 		{"team", Leased, 0, 0.98},
 		{"team", LeasedStrict, 0, 0.97},
 		// Central makes a call per request: a tenth of the rate (and of
-		// the cost to simulate), the same shape.
-		{"team", Central, 600, 0.97},
+		// the cost to simulate), the same shape. Its smallest key then
+		// admits about 180 requests, and the seed alone moves each key by
+		// a few percent (0.937 to 1.040 of the ideal over seeds 1 to 12).
+		{"team", Central, 600, 0.93},
 		{"tokens-io", Leased, 0, 0.97},
 		// Strict leases cost each token budget a few percent (tokens:
 		// 94% of the ideal); a request needs both, so the losses add.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,7 @@ func (leased) join(s *sim, i int32) {
 		spender.WithLeaseTuning(s.cfg.leaseTuning()),
 		spender.WithFallback(s.cfg.Fallback),
 		spender.WithMetrics(m),
+		spender.WithLogger(slog.New(slog.DiscardHandler)), // (the default, slog.Default(), would print every instance's outage)
 	)
 	in.m = tap.m
 }
