@@ -1,0 +1,66 @@
+package report
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/sim/engine"
+)
+
+// TestFleetKeepsTheClientContract: the leased fleet, default and strict,
+// meets the client contract's targets as -check states them on the
+// cases they are stated for: a client alone on the 3 RPM key with 1 and
+// 8 gateways, and on a per-day key (here 5 per half hour, over an hour
+// and a half), has at least 95% of its honoured retries admitted;
+// beside other traffic at 2× with 8 and 64 gateways, at least 90%; at the
+// median, Retry-After is within 1 s + 10% of the ideal's exact wait; and
+// a gateway that has gone a TTL without a request holds nothing. Half
+// an hour of each (the scenarios' own hour would double the cost).
+func TestFleetKeepsTheClientContract(t *testing.T) {
+	scenario := func(name string) engine.Scenario {
+		sc, err := engine.ScenarioByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sc
+	}
+	var cases []engine.Config
+	for _, n := range []int{1, 8} {
+		cases = append(cases,
+			engine.Config{Scenario: scenario("client"), Instances: n, Duration: 30 * time.Minute},
+			engine.Config{Scenario: scenario("client-day"), Instances: n, Limits: ration.Limits{RPM: 5, Window: 30 * time.Minute}, Duration: 90 * time.Minute})
+	}
+	for _, n := range []int{8, 64} {
+		cases = append(cases, engine.Config{Scenario: scenario("client-load"), Instances: n, Overload: 2, Duration: 30 * time.Minute})
+	}
+	for _, cfg := range cases {
+		for _, st := range []engine.Strategy{engine.Leased, engine.LeasedStrict} {
+			cfg := cfg
+			cfg.Strategy, cfg.Seed = st, 5
+			t.Run(fmt.Sprintf("%s/%s/%d", cfg.Scenario.Name, st, cfg.Instances), func(t *testing.T) {
+				t.Parallel()
+				r, err := engine.Run(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				vs := Check([]*engine.Result{r})
+				if len(vs) != 1 {
+					t.Fatalf("%d verdicts, want 1", len(vs))
+				}
+				for i, tg := range Targets() {
+					c := vs[0].Cells[i]
+					switch tg.Name {
+					case "retries", "Retry-After", "idle held":
+						if !c.Applies || !c.Pass {
+							t.Errorf("%s: %s", tg.Name, c)
+							continue
+						}
+					}
+					t.Logf("%s: %s", tg.Name, c)
+				}
+			})
+		}
+	}
+}
