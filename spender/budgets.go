@@ -120,13 +120,13 @@ func (l *Limiter) ReserveAll(ctx context.Context, charges []Charge) (*Reservatio
 		if st == nil {
 			continue
 		}
-		st.advance(now)
-		w, dim, fits := st.wait(c.Cost)
+		st.Advance(now)
+		w, dim, fits := st.Wait(c.Cost)
 		if !fits {
-			return nil, &RejectError{Status: st.status(), Dimension: dim, Oversize: true, Cost: c.Cost, Key: c.Key}
+			return nil, &RejectError{Status: st.status(), Dimension: Dimension(dim), Oversize: true, Cost: c.Cost, Key: c.Key}
 		}
 		if w > 0 && (worst == nil || w > worst.RetryAfter) {
-			worst = &RejectError{RetryAfter: w, Status: st.status(), Dimension: dim, Cost: c.Cost, Key: c.Key}
+			worst = &RejectError{RetryAfter: w, Status: st.status(), Dimension: Dimension(dim), Cost: c.Cost, Key: c.Key}
 		}
 	}
 	if worst != nil {
@@ -195,7 +195,7 @@ func (l *Limiter) reserveAllLeased(now bucket.Instant, charges []Charge, w *wait
 		}
 		for i, c := range charges {
 			if verdicts[i] == refuse {
-				ks.st[i].ls.refuse(ks.st[i].lim, c.Cost, now) // demand the budget did not meet
+				ks.st[i].lk.Refuse(c.Cost, now) // demand the budget did not meet
 			}
 		}
 		return nil, nil, worst

@@ -2,25 +2,29 @@ package spender
 
 import (
 	"hash/maphash"
-	"time"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
+	"github.com/rationhq/ration/spender/internal/lease"
 )
 
-// keyState is one key's pair of buckets. It is guarded by its shard's
-// mutex. A dimension whose rate is 0 has no bucket and is never consulted.
+// keyState is one key's state. It is guarded by its shard's mutex.
 type keyState struct {
 	key string
-	lim ration.Limits
-	// ls is the lease state of a leased Limiter's key (nil when
-	// standalone); req and tok then serve only as fallback buckets.
-	ls *leaseState
-	// kl is an immutable copy of lim (and, standalone, of the buckets'
-	// parameters) that reservations point to for their Status; a limit
-	// change makes a new one.
-	kl       *keyLimits
-	req, tok bucket.Bucket // valid only while lim.RPM > 0, lim.TPM > 0
+	// Buckets are a standalone key's pair of buckets (Lim, Req, Tok); a
+	// dimension whose rate is 0 has no bucket and is never consulted. A
+	// leased key keeps only its limits here: its budget is lk.
+	lease.Buckets
+	// lk is the lease state of a leased Limiter's key (nil when
+	// standalone).
+	lk *lease.Key
+	// wait is closed when the next Acquire carrying a leased key ends (nil
+	// while no Reserve waits for one).
+	wait chan struct{}
+	// kl is an immutable copy of the limits (and, standalone, of the
+	// buckets' parameters) that reservations point to for their Status; a
+	// limit change makes a new one.
+	kl *keyLimits
 	// dead is set when the shard dropped this state (its buckets were full);
 	// a reservation that still points here looks the key up again.
 	dead bool
@@ -67,106 +71,21 @@ func newKeyState(sh *shard, key string, lim ration.Limits, now bucket.Instant) *
 		sl standaloneLimits
 	}{}
 	st := &sk.keyState
-	*st = keyState{sh: sh, key: key, lim: lim}
-	if bl, ok := lim.RequestLimit(); ok {
-		st.req, _ = bucket.New(bl, now)
-	}
-	if bl, ok := lim.TokenLimit(); ok {
-		st.tok, _ = bucket.New(bl, now)
-	}
-	st.kl = sk.sl.set(lim, st.req, st.tok)
+	*st = keyState{sh: sh, key: key, Buckets: lease.NewBuckets(lim, now)}
+	st.kl = sk.sl.set(lim, st.Req, st.Tok)
 	return st
 }
 
-// setLimits makes the buckets follow new, valid limits without minting: a
-// limited dimension keeps its level (capped at the new capacity), a newly
-// limited one starts full, a newly unlimited one drops its bucket.
+// setLimits makes the buckets follow new, valid limits without minting
+// (see lease.Buckets.SetLimits).
 func (st *keyState) setLimits(lim ration.Limits, now bucket.Instant) {
-	follow := func(b *bucket.Bucket, was bool, bl bucket.Limit, is bool) {
-		switch {
-		case is && was:
-			_ = b.SetLimit(bl, now) // bl was validated by the caller
-		case is:
-			*b, _ = bucket.New(bl, now)
-		default:
-			*b = bucket.Bucket{}
-		}
-	}
-	rl, rok := lim.RequestLimit()
-	tl, tok := lim.TokenLimit()
-	follow(&st.req, st.lim.RPM > 0, rl, rok)
-	follow(&st.tok, st.lim.TPM > 0, tl, tok)
-	st.lim = lim
-	st.kl = new(standaloneLimits).set(lim, st.req, st.tok)
-}
-
-// advance refills both buckets to now.
-func (st *keyState) advance(now bucket.Instant) {
-	if st.lim.RPM > 0 {
-		st.req.Advance(now)
-	}
-	if st.lim.TPM > 0 {
-		st.tok.Advance(now)
-	}
-}
-
-// wait returns how long until c is covered in every dimension (as of the
-// last advance), the dimension that waits longest, and whether c fits at
-// all; when it does not, dim is the dimension it exceeds.
-func (st *keyState) wait(c ration.Amount) (w time.Duration, dim Dimension, fits bool) {
-	dim = Requests
-	if st.lim.RPM > 0 {
-		if !st.req.Fits(c.Requests) {
-			return 0, Requests, false
-		}
-		w = st.req.Wait(c.Requests)
-	}
-	if st.lim.TPM > 0 {
-		if !st.tok.Fits(c.Tokens) {
-			return 0, Tokens, false
-		}
-		if wt := st.tok.Wait(c.Tokens); st.lim.RPM == 0 || wt > w {
-			w, dim = wt, Tokens
-		}
-	}
-	return w, dim, true
-}
-
-// take removes c from both buckets (levels may go negative).
-func (st *keyState) take(c ration.Amount) {
-	if st.lim.RPM > 0 {
-		st.req.Take(c.Requests)
-	}
-	if st.lim.TPM > 0 {
-		st.tok.Take(c.Tokens)
-	}
-}
-
-// give returns c to both buckets, capped at capacity.
-func (st *keyState) give(c ration.Amount) {
-	if st.lim.RPM > 0 {
-		st.req.Give(c.Requests)
-	}
-	if st.lim.TPM > 0 {
-		st.tok.Give(c.Tokens)
-	}
+	st.SetLimits(lim, now)
+	st.kl = new(standaloneLimits).set(lim, st.Req, st.Tok)
 }
 
 // status reports the buckets as a client should see them (as of the last
 // advance).
-func (st *keyState) status() Status { return statusOf(st.lim, &st.req, &st.tok) }
-
-// levels returns both buckets' levels in fixed-point units (0 for an
-// unlimited dimension), for keyLimits.status.
-func (st *keyState) levels() (req, tok int64) {
-	if st.lim.RPM > 0 {
-		req, _ = st.req.Level()
-	}
-	if st.lim.TPM > 0 {
-		tok, _ = st.tok.Level()
-	}
-	return req, tok
-}
+func (st *keyState) status() Status { return statusOf(st.Lim, &st.Req, &st.Tok) }
 
 // status is what keyState.status reported when the buckets held levels
 // req and tok.
@@ -195,24 +114,8 @@ func statusOf(lim ration.Limits, req, tok *bucket.Bucket) Status {
 // may be dropped: standalone buckets full again, or a lease state holding
 // nothing.
 func (st *keyState) droppable(now bucket.Instant) bool {
-	if st.ls != nil {
-		// Fallback buckets are kept across flapping outages until they are
-		// full again, so that each outage does not restart with a burst.
-		fb := keyState{lim: st.ls.fbLim, req: st.req, tok: st.tok}
-		return st.ls.idle(now) && (!st.ls.fallback || fb.fullAt() <= now)
+	if st.lk != nil {
+		return st.lk.Droppable(now)
 	}
-	return st.fullAt() <= now
-}
-
-// fullAt returns the instant from which both buckets are full, so the
-// state carries no information and may be dropped.
-func (st *keyState) fullAt() bucket.Instant {
-	var at bucket.Instant = -1 << 63
-	if st.lim.RPM > 0 {
-		at = st.req.FullAt()
-	}
-	if st.lim.TPM > 0 {
-		at = max(at, st.tok.FullAt())
-	}
-	return at
+	return st.FullAt() <= now
 }

@@ -3,12 +3,11 @@ package spender
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"time"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
-	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/spender/internal/lease"
 )
 
 // waiter is a Reserve or ReserveAt that needs the allocator: it asks again
@@ -19,18 +18,6 @@ type waiter struct {
 	deadline bucket.Instant // when to look again without an answer
 	limit    bucket.Instant // the latest deadline: SlowPathDeadline + CallTimeout after the first ask
 	job      *aheadJob      // ReserveAt: the reservation asked for ahead
-}
-
-// oversize reports whether c can never fit lim, and in which dimension.
-func oversize(lim ration.Limits, c ration.Amount) (Dimension, bool) {
-	capacity := lim.Capacity()
-	if lim.RPM > 0 && c.Requests > capacity.Requests {
-		return Requests, true
-	}
-	if lim.TPM > 0 && c.Tokens > capacity.Tokens {
-		return Tokens, true
-	}
-	return 0, false
 }
 
 // reserveLeased decides c for key at now on a leased Limiter, without
@@ -79,7 +66,7 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 	case refuse:
 		lz.cfg.metrics.reject(rej)
 		if !rej.Oversize {
-			st.ls.refuse(lim, c, now) // demand the key did not meet
+			st.lk.Refuse(c, now) // demand the key did not meet
 		}
 		return nil, time.Time{}, nil, rej
 	case fallback:
@@ -114,22 +101,19 @@ const (
 // the first ask; a waiter past its deadline while its call is under way is
 // given more time here.
 func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant, w *waiter) (verdict, *RejectError, error) {
-	ls, lim := st.ls, st.lim
-	if ls.rejected != nil {
-		return 0, nil, ls.rejected
-	}
-	if dim, big := oversize(lim, c); big {
-		return refuse, ls.rejection(lim, c, dim, 0, now), nil
-	}
-	lz.accrueLocked(st, now)
-	if ls.valid(now) && ls.covers(lim, c) {
+	env := lz.env()
+	covered, ref, accrued, err := env.Judge(st.lk, c, now)
+	lz.cfg.metrics.shareAccrued(accrued)
+	switch {
+	case err != nil:
+		return 0, nil, err
+	case covered:
 		return admitLease, nil, nil
-	}
-	if rej := lz.refusalLocked(st, c, now); rej != nil {
-		return refuse, rej, nil
+	case ref != nil:
+		return refuse, rejectError(st, c, ref), nil
 	}
 	switch {
-	case lz.fallback.Load(), w != nil && now >= w.deadline && (now >= w.limit || !lz.awaitingAnswer(ls)):
+	case lz.fallback.Load(), w != nil && now >= w.deadline && (now >= w.limit || !lz.awaitingAnswer(st.lk)):
 		if err := lz.refusedCredential(); err != nil {
 			return 0, nil, err
 		}
@@ -143,18 +127,21 @@ func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant,
 	return ask, nil, nil
 }
 
+// rejectError is the RejectError of the refusal ref of c on st.
+func rejectError(st *keyState, c ration.Amount, ref *lease.Refusal) *RejectError {
+	return &RejectError{RetryAfter: ref.Wait, Status: leasedStatus(st.Lim, ref.Req, ref.Tok), Dimension: Dimension(ref.Dim),
+		Oversize: ref.Oversize, Cost: c}
+}
+
 // askLocked queues st for the next Acquire, asking for c too, and returns
 // the channel closed when that call ends.
 func (lz *leaser) askLocked(st *keyState, c ration.Amount, now bucket.Instant) <-chan struct{} {
-	ls := st.ls
-	lc := st.lim.Limited(c)
-	ls.waitMax = ls.waitMax.Max(lc)
-	ls.waitSum = ls.waitSum.Add(lc)
-	if ls.wait == nil {
-		ls.wait = make(chan struct{})
+	st.lk.Ask(c)
+	if st.wait == nil {
+		st.wait = make(chan struct{})
 	}
 	lz.enqueueLocked(st, true, now)
-	return ls.wait
+	return st.wait
 }
 
 // newWaiter is a waiter first asked at now.
@@ -167,7 +154,7 @@ func (lz *leaser) newWaiter(ready <-chan struct{}, now bucket.Instant, job *ahea
 // for: the allocator's answer, or, past the deadline or after a failure,
 // the fallback policy (now or never).
 func (l *Limiter) finishAheadLocked(st *keyState, c ration.Amount, now bucket.Instant, w *waiter) (Reservation, time.Time, *waiter, error) {
-	lz, ls, lim, j := l.lz, st.ls, st.lim, w.job
+	lz, j := l.lz, w.job
 	select {
 	case <-j.done:
 	default:
@@ -186,44 +173,30 @@ func (l *Limiter) finishAheadLocked(st *keyState, c ration.Amount, now bucket.In
 		r, err := lz.fallbackLocked(st, c, now)
 		return r, l.timeOf(now), nil, err
 	}
-	kr := j.res
-	ls.setSnapshot(kr.GetSnapshot(), now)
-	wait := time.Duration(kr.GetWaitUs()) * time.Microsecond
-	switch kr.GetStatus() {
-	case leasev1.GrantStatus_GRANT_STATUS_OK:
-		lc := lim.Limited(c)
-		ls.outstanding = ls.outstanding.Add(lc)
-		ls.record(lc, now)
-		lz.cfg.metrics.admit(pathAhead)
-		return ls.reservation(st, c, now, pathAhead, 0), l.timeOf(j.recv.Add(wait)), nil, nil
-	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
-		rej := ls.rejection(lim, c, 0, 0, now)
+	at, ref := st.lk.Aheaded(j.res, c, j.recv, now)
+	if ref != nil {
+		rej := rejectError(st, c, ref)
 		lz.cfg.metrics.reject(rej)
 		return nil, time.Time{}, nil, rej
 	}
-	dim := Tokens
-	if lim.TPM == 0 {
-		dim = Requests
-	}
-	rej := ls.rejection(lim, c, dim, wait, now)
-	lz.cfg.metrics.reject(rej)
-	return nil, time.Time{}, nil, rej
+	lz.cfg.metrics.admit(pathAhead)
+	return newLeasedReservation(st, c, now, pathAhead, 0), l.timeOf(at), nil, nil
 }
 
 // admitLocked admits c from st's lease if it is valid and covers c,
 // queueing a refresh when the lease falls below its low watermark. It
 // returns nil when the lease cannot cover c.
 func (lz *leaser) admitLocked(st *keyState, c ration.Amount, now bucket.Instant, path admitPath) Reservation {
-	ls := st.ls
-	if !ls.valid(now) || !ls.covers(st.lim, c) {
+	env := lz.env()
+	ok, refresh := env.Admit(st.lk, c, now)
+	if !ok {
 		return nil
 	}
-	ls.spend(st.lim, c, now)
-	if !ls.queued && !ls.inCall && ls.low(st.lim, c) && (ls.ss == nil || !lz.shareRefills(st, c, now)) {
+	if refresh {
 		lz.enqueueLocked(st, false, now)
 	}
 	lz.cfg.metrics.admit(path)
-	return ls.reservation(st, c, now, path, ls.gen)
+	return newLeasedReservation(st, c, now, path, st.lk.Gen())
 }
 
 // fallbackLocked admits c for a key without a usable lease while the
@@ -231,34 +204,25 @@ func (lz *leaser) admitLocked(st *keyState, c ration.Amount, now bucket.Instant,
 // fallbackCheckLocked). What it admits is recorded as debt, reported when
 // the allocator answers again.
 func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Instant) (Reservation, error) {
-	ls, m := st.ls, lz.cfg.metrics
+	m := lz.cfg.metrics
 	if rej := lz.fallbackCheckLocked(st, c, now); rej != nil {
 		if lz.cfg.policy == FailClosed {
 			m.failClosed()
 		} else {
 			m.reject(rej)
 		}
-		ls.refuse(st.lim, c, now)
+		st.lk.Refuse(c, now)
 		return nil, rej
 	}
-	if lz.cfg.policy == FallbackShare {
-		fb := keyState{lim: ls.fbLim, req: st.req, tok: st.tok}
-		fb.take(c)
-		st.req, st.tok = fb.req, fb.tok
-	}
-	lc := st.lim.Limited(c)
-	ls.debt = ls.debt.Add(lc)
-	ls.record(lc, now)
+	st.lk.FallbackAdmit(c, now, lease.Policy(lz.cfg.policy))
 	m.admit(pathFallback)
 	lz.logFallback(st.key, now)
-	return ls.reservation(st, c, now, pathFallback, 0), nil
+	return newLeasedReservation(st, c, now, pathFallback, 0), nil
 }
 
 // fallbackCheckLocked is the fallback policy's answer for c now, nil to
-// admit: FailClosed refuses, FailOpen admits, FallbackShare admits what
-// this spender's share of the key's limits covers (see fallbackFrom).
+// admit (see lease.Env.FallbackCheck).
 func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.Instant) *RejectError {
-	ls := st.ls
 	if !lz.fallback.Load() {
 		// A request that waited for the allocator as long as it may
 		// (SlowPathDeadline + CallTimeout), or whose call was given up:
@@ -268,89 +232,11 @@ func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.
 		lz.setFallback(true, fmt.Errorf("%w: a request got no answer in time (slow-path deadline %v plus call timeout %v)",
 			ErrAllocatorUnreachable, lz.cfg.tuning.SlowPathDeadline, lz.cfg.tuning.CallTimeout))
 	}
-	switch lz.cfg.policy {
-	case FailClosed:
-		return ls.rejection(st.lim, c, Requests, time.Second, now)
-	case FailOpen:
-		return nil
-	}
-	n := ls.active
-	if n == 0 {
-		n = max(1, lz.maxActive.Load())
-	}
-	var own ration.Share
-	if ls.ss != nil {
-		own = ls.ss.share
-	}
-	share := fallbackShareOf(st.lim, own, ls.snapShared, int64(n))
-	if !ls.fallback || ls.fbLim != share {
-		// Full at the instant the key stopped getting refill from the
-		// allocator, then down to its part of what the global buckets held.
-		fresh := newKeyState(st.sh, st.key, share, ls.fallbackFrom(now)) // a bucket holder, never linked
-		fresh.take(share.Capacity().Sub(fallbackStart(st.lim, share, ls.snapRem)))
-		st.req, st.tok = fresh.req, fresh.tok
-		ls.fallback, ls.fbLim = true, share
-	}
-	fb := keyState{lim: share, req: st.req, tok: st.tok}
-	fb.advance(now)
-	st.req, st.tok = fb.req, fb.tok
-	w, dim, fits := fb.wait(c)
-	if !fits {
-		w = time.Second // above this spender's share: try again when the allocator is back
-	}
-	if w > 0 {
-		return ls.rejection(st.lim, c, dim, w, now)
+	env := lz.env()
+	if ref := env.FallbackCheck(st.lk, c, now, lease.Policy(lz.cfg.policy), lz.maxActive.Load()); ref != nil {
+		return rejectError(st, c, ref)
 	}
 	return nil
-}
-
-// fallbackShareOf is this spender's part of lim while the allocator is
-// unreachable: per dimension, its own refill share (own, from its last
-// answer) plus an even part, among the n active spenders, of the rate no
-// share took (shared, as that answer reported). Without shares it is lim
-// divided among n. Every spender doing this takes the rate between them
-// (as of their answers), and a busy spender beside idle ones keeps what
-// its demand was given. At least 1 per limited dimension.
-func fallbackShareOf(lim ration.Limits, own, shared ration.Share, n int64) ration.Limits {
-	part := func(v int64, own, shared uint32) int64 {
-		if v == 0 {
-			return 0
-		}
-		unshared := uint64(ration.ShareUnit - min(shared, ration.ShareUnit))
-		m := uint64(min(max(n, 1), 1<<32)) // so that ShareUnit × m fits
-		return max(1, scale(v, min(uint64(own)*m+unshared, ration.ShareUnit*m), ration.ShareUnit*m))
-	}
-	capacity := lim.Capacity()
-	return ration.Limits{
-		RPM: part(lim.RPM, own.Requests, shared.Requests), TPM: part(lim.TPM, own.Tokens, shared.Tokens),
-		BurstRequests: part(capacity.Requests, own.Requests, shared.Requests),
-		BurstTokens:   part(capacity.Tokens, own.Tokens, shared.Tokens),
-		Window:        lim.Window,
-	}
-}
-
-// fallbackStart is what fallback buckets at part (fallbackShareOf of lim)
-// start with, per dimension: that part of rem, what the key's global
-// buckets held at the last answer. While every spender falls back from its
-// own part the fleet starts with at most what the global buckets held, and
-// each spender with at most its part's capacity.
-func fallbackStart(lim, part ration.Limits, rem ration.Amount) ration.Amount {
-	c, pc := lim.Capacity(), part.Capacity()
-	of := func(rem, c, pc int64) int64 {
-		if rem <= 0 || c <= 0 {
-			return 0
-		}
-		return min(pc, scale(min(rem, c), uint64(min(pc, c)), uint64(c)))
-	}
-	return ration.Amount{Requests: of(rem.Requests, c.Requests, pc.Requests), Tokens: of(rem.Tokens, c.Tokens, pc.Tokens)}
-}
-
-// scale is v × num / den rounded down, for 0 <= v and num <= den (so the
-// quotient fits), without overflow.
-func scale(v int64, num, den uint64) int64 {
-	hi, lo := bits.Mul64(uint64(v), num)
-	q, _ := bits.Div64(hi, lo, den)
-	return int64(q)
 }
 
 // leasedReservation is a leased Limiter's Reservation.
@@ -364,11 +250,12 @@ type leasedReservation struct {
 	done bool // guarded by st.sh.mu
 }
 
-// reservation returns the Reservation for c, admitted at now on path from
-// lease generation gen. Call it with the shard locked, after the spend.
-func (ls *leaseState) reservation(st *keyState, c ration.Amount, now bucket.Instant, path admitPath, gen uint32) *leasedReservation {
+// newLeasedReservation returns the Reservation for c, admitted at now on
+// path from lease generation gen. Call it with the shard locked, after the
+// spend.
+func newLeasedReservation(st *keyState, c ration.Amount, now bucket.Instant, path admitPath, gen uint32) *leasedReservation {
 	r := &leasedReservation{st: st, kl: st.kl, cost: c, path: path, gen: gen}
-	r.rem[0], r.rem[1] = ls.remaining(st.lim, now)
+	r.rem[0], r.rem[1] = st.lk.Remaining(now)
 	return r
 }
 
@@ -391,31 +278,15 @@ func (r *leasedReservation) settle(actual ration.Amount, cancel bool) {
 		return
 	}
 	r.done = true
-	m := sh.l.lz.cfg.metrics
 	if !cancel {
-		m.usage(r.cost.Tokens, actual.Tokens)
+		sh.l.lz.cfg.metrics.usage(r.cost.Tokens, actual.Tokens)
 	}
-	ls, lim := st.ls, st.lim
 	switch r.path {
 	case pathFallback:
-		ls.debt = ls.debt.Add(lim.Limited(actual).Sub(lim.Limited(r.cost))).Positive()
-		if ls.fallback {
-			fb := keyState{lim: ls.fbLim, req: st.req, tok: st.tok}
-			refund := r.cost.Sub(actual)
-			fb.give(refund.Positive())
-			fb.take(ration.Amount{}.Sub(refund).Positive())
-			st.req, st.tok = fb.req, fb.tok
-		}
+		st.lk.SettleFallback(r.cost, actual)
 	case pathAhead:
-		// The reservation was made at the allocator for a send time that
-		// the local lease does not cover: a refund goes back to the
-		// allocator on the next call, an overrun is debt.
-		rc, ac := lim.Limited(r.cost), lim.Limited(actual)
-		ls.outstanding = ls.outstanding.Sub(rc).Positive()
-		d := rc.Sub(ac)
-		ls.ret = ls.ret.Add(d.Positive())
-		ls.debt = ls.debt.Add(ration.Amount{}.Sub(d).Positive())
+		st.lk.SettleAhead(r.cost, actual)
 	default:
-		ls.settle(lim, r.cost, actual, r.gen)
+		st.lk.Settle(r.cost, actual, r.gen)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
+	"github.com/rationhq/ration/spender/internal/lease"
 )
 
 // Limiter enforces each key's RPM and TPM budgets. It is safe for
@@ -149,10 +150,10 @@ func (l *Limiter) reserve(ctx context.Context, key string, lim ration.Limits, c 
 	if err != nil {
 		return nil, time.Time{}, err
 	}
-	st.advance(inst)
-	w, dim, fits := st.wait(c)
+	st.Advance(inst)
+	w, dim, fits := st.Wait(c)
 	if !fits || w > maxWait {
-		rej := &RejectError{RetryAfter: w, Status: st.status(), Dimension: dim, Oversize: !fits, Cost: c}
+		rej := &RejectError{RetryAfter: w, Status: st.status(), Dimension: Dimension(dim), Oversize: !fits, Cost: c}
 		sh.mu.Unlock()
 		return nil, time.Time{}, rej
 	}
@@ -203,7 +204,7 @@ func (l *Limiter) lockKey(key string, lim ration.Limits, now bucket.Instant) (*s
 // key's hash.
 func (sh *shard) lookupLocked(h uint64, key string, lim ration.Limits, now bucket.Instant) (*keyState, error) {
 	st := sh.keys.get(h, key)
-	if st != nil && st.lim == lim {
+	if st != nil && st.Lim == lim {
 		return st, nil
 	}
 	if err := lim.Validate(); err != nil {
@@ -211,14 +212,14 @@ func (sh *shard) lookupLocked(h uint64, key string, lim ration.Limits, now bucke
 	}
 	switch {
 	case st == nil && sh.l.lz != nil:
-		st = &keyState{sh: sh, key: key, lim: lim, kl: &keyLimits{lim: lim}, ls: &leaseState{lastUse: now}}
+		st = &keyState{sh: sh, key: key, Buckets: lease.Buckets{Lim: lim}, kl: &keyLimits{lim: lim}, lk: lease.NewKey(key, lim, now)}
 		sh.keys.set(h, st)
 	case st == nil:
 		st = newKeyState(sh, key, lim, now)
 		sh.keys.set(h, st)
-	case st.ls != nil:
-		st.lim, st.kl = lim, &keyLimits{lim: lim}
-		st.ls.rejected = nil // new limits: a new question for the allocator
+	case st.lk != nil:
+		st.Lim, st.kl = lim, &keyLimits{lim: lim}
+		st.lk.SetLimits(lim) // a new question for the allocator
 	default:
 		st.setLimits(lim, now)
 	}
@@ -288,9 +289,9 @@ func (l *Limiter) Close(ctx context.Context) error {
 // admit takes c from st's buckets (the shard locked) and makes r its
 // reservation.
 func (st *keyState) admit(r *reservation, c ration.Amount) {
-	st.take(c)
+	st.Take(c)
 	*r = reservation{sh: st.sh, st: st, kl: st.kl, cost: c}
-	r.lvl[0], r.lvl[1] = st.levels()
+	r.lvl[0], r.lvl[1] = st.Levels()
 }
 
 // reservation is a standalone Limiter's Reservation.
@@ -322,7 +323,7 @@ func (r *reservation) Settle(actual ration.Amount) {
 	if !overrun && !st.dead {
 		// Giving back needs no refill first (see bucket.Give), so the
 		// common settlement reads no clock.
-		st.give(refund)
+		st.Give(refund)
 		return
 	}
 	// An overrun is charged at the current instant, after the refill up to
@@ -333,17 +334,17 @@ func (r *reservation) Settle(actual ration.Amount) {
 		h := st.hash()
 		live := sh.keys.get(h, st.key)
 		if live == nil {
-			live = newKeyState(sh, st.key, st.lim, now) // st.lim was validated when stored
+			live = newKeyState(sh, st.key, st.Lim, now) // st.Lim was validated when stored
 			sh.keys.set(h, live)
 		}
 		st = live
 	}
 	if overrun {
-		st.advance(now)
+		st.Advance(now)
 	}
 	// Each dimension is either refunded or charged, never both.
-	st.give(ration.Amount{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
-	st.take(ration.Amount{Requests: max(0, -refund.Requests), Tokens: max(0, -refund.Tokens)})
+	st.Give(ration.Amount{Requests: max(0, refund.Requests), Tokens: max(0, refund.Tokens)})
+	st.Take(ration.Amount{Requests: max(0, -refund.Requests), Tokens: max(0, -refund.Tokens)})
 }
 
 // unlimited is the Reservation for a key with no limited dimension: it

@@ -18,6 +18,7 @@ import (
 	"github.com/rationhq/ration/bucket"
 	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/spender/internal/lease"
 )
 
 // leaser is a leased Limiter's lease state machine: it decides which call
@@ -74,7 +75,7 @@ type aheadJob struct {
 	cost      ration.Amount
 	maxWait   time.Duration
 	done      chan struct{} // closed when the result is set
-	res       *leasev1.KeyReservation
+	res       *lease.Reserved
 	recv      bucket.Instant
 	err       error // the call failed: the waiter follows the fallback policy
 	abandoned bool  // the waiter gave up; a late reservation is given back
@@ -134,10 +135,9 @@ func newLeaser(l *Limiter, cfg leaseConfig, now bucket.Instant) *leaser {
 // enqueueLocked puts st in the next Acquire (the caller holds st's shard
 // lock). An urgent key skips the batching window.
 func (lz *leaser) enqueueLocked(st *keyState, urgent bool, now bucket.Instant) {
-	ls := st.ls
 	lz.mu.Lock()
-	if !ls.queued {
-		ls.queued = true
+	if !st.lk.Queued() {
+		st.lk.SetQueued(true)
 		if len(lz.queue) == 0 {
 			lz.queuedAt = now
 		}
@@ -178,6 +178,22 @@ func (lz *leaser) observe(d time.Duration) {
 // lead is how long before a lease runs out a refresh should start.
 func (lz *leaser) lead() time.Duration {
 	return 2*time.Duration(lz.rtt.Load()) + lz.cfg.tuning.BatchWindow + 5*time.Millisecond
+}
+
+// env is what the keys' rules read of the machine at this moment.
+func (lz *leaser) env() lease.Env {
+	return lease.Env{Tuning: lease.Tuning(lz.cfg.tuning), TTL: lz.leaseTTL(), Lead: lz.lead(), Fallback: lz.fallback.Load()}
+}
+
+// leaseTTL is the lease TTL the allocator last answered with (0 before
+// any answer).
+func (lz *leaser) leaseTTL() time.Duration { return time.Duration(lz.ttl.Load()) }
+
+// accrued counts a share's accrual credited to a lease.
+func (lz *leaser) accrued(a ration.Amount) {
+	if a != (ration.Amount{}) {
+		lz.cfg.metrics.shareAccrued(a)
+	}
 }
 
 // nextCall returns the call to send at now, or nil. A call stays
@@ -256,42 +272,16 @@ func (lz *leaser) setCallerLocked(c *leaseCall) {
 func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall {
 	c := &leaseCall{acquire: &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))},
 		keys: keys, waits: make([]chan struct{}, len(keys))}
+	env := lz.env()
 	for i, st := range keys {
 		sh := st.sh
 		sh.mu.Lock()
-		ls := st.ls
-		// The share accrues up to the send and then pauses until the
-		// answer: held is then the most this spender may hold.
-		lz.accrueLocked(st, now)
-		if ss := ls.ss; ss != nil {
-			ss.paused, ss.sent = true, now
-		}
-		ls.valid(now)
-		ls.updateRate(now)
-		want := ls.need(st.lim)
-		if lz.idleLocked(ls, now) {
-			ls.ret = ls.ret.Add(ls.avail) // everything back, nothing asked
-			ls.avail = ration.Amount{}
-		} else {
-			ls.returnExcessLocked(st.lim, lz.cfg.tuning.Horizon, now)
-			want = ls.want(st.lim, lz.cfg.tuning.Horizon)
-		}
-		held := ls.avail.Add(ls.outstanding).Positive()
-		c.acquire.Keys = append(c.acquire.Keys, &leasev1.KeyAcquire{
-			Key: st.key, Limits: toLimits(st.lim),
-			Want:      toAmount(want),
-			Need:      toAmount(ls.need(st.lim)),
-			SpendRate: toAmount(ration.Amount{Requests: int64(ls.rateReq * 60), Tokens: int64(ls.rateTok * 60)}),
-			Returned:  toAmount(ls.ret),
-			Held:      toAmount(held),
-			Debt:      toAmount(ls.debt),
-			Demand:    toAmount(ls.demand(st.lim, now, lz.idleAfter())),
-		})
-		ls.ret, ls.debt, ls.waitMax, ls.waitSum = ration.Amount{}, ration.Amount{}, ration.Amount{}, ration.Amount{}
-		ls.queued, ls.inCall = false, true
-		c.waits[i] = ls.wait
-		ls.wait = nil
+		en, accrued := env.Entry(st.lk, now)
+		c.acquire.Keys = append(c.acquire.Keys, toKeyAcquire(&en))
+		c.waits[i] = st.wait
+		st.wait = nil
 		sh.mu.Unlock()
+		lz.accrued(accrued)
 	}
 	return c
 }
@@ -449,9 +439,9 @@ func (lz *leaser) rejectKeyLocked(c *leaseCall, i int, reason string, now bucket
 	lz.log.Error("spender: the allocator rejected a key; it fails alone and is not asked for again until its limits change",
 		"key", st.key, "reason", reason)
 	st.sh.mu.Lock()
-	st.ls.rejected = rej
+	st.lk.Reject(rej)
 	if job == nil {
-		st.ls.inCall = false
+		st.lk.SetInCall(false)
 	}
 	st.sh.mu.Unlock()
 	if job != nil {
@@ -521,8 +511,8 @@ func (lz *leaser) refusedCredential() error {
 // awaitingAnswer reports whether st's key is queued for, or carried by, a
 // call that has not failed (the caller holds st's shard lock): the
 // allocator is slow, not known to be unreachable.
-func (lz *leaser) awaitingAnswer(ls *leaseState) bool {
-	if !ls.queued && !ls.inCall {
+func (lz *leaser) awaitingAnswer(k *lease.Key) bool {
+	if !k.Queued() && !k.InCall() {
 		return false
 	}
 	lz.mu.Lock()
@@ -580,7 +570,7 @@ func (lz *leaser) giveUp(c *leaseCall, now bucket.Instant) {
 		sh := st.sh
 		sh.mu.Lock()
 		if lz.call != c { // dropped: the keys are no longer in a call
-			st.ls.inCall = false
+			st.lk.SetInCall(false)
 		}
 		sh.mu.Unlock()
 		if w := c.waits[i]; w != nil {
@@ -597,12 +587,19 @@ func (lz *leaser) finishAcquire(c *leaseCall, resp *leasev1.AcquireResponse, rec
 	if ttl > 0 {
 		lz.ttl.Store(int64(ttl))
 	}
+	env := lz.env()
 	for i, st := range c.keys {
+		req, g := c.acquire.GetKeys()[i], fromKeyGrant(resp.GetKeys()[i])
+		en := lease.Entry{Limits: fromLimits(req.GetLimits()), Need: fromAmount(req.GetNeed()), Demand: fromAmount(req.GetDemand())}
 		sh := st.sh
 		sh.mu.Lock()
-		st.ls.inCall = false
-		lz.applyGrant(st, c.acquire.GetKeys()[i], resp.GetKeys()[i], c.sent, expiry, recv)
+		st.lk.SetInCall(false)
+		env.Apply(st.lk, &en, &g, c.sent, expiry, recv)
 		sh.mu.Unlock()
+		if g.Active > lz.maxActive.Load() {
+			lz.maxActive.Store(g.Active)
+		}
+		lz.cfg.metrics.returned(g.Returned)
 		if w := c.waits[i]; w != nil {
 			close(w)
 			c.waits[i] = nil
@@ -614,23 +611,23 @@ func (lz *leaser) finishAcquire(c *leaseCall, resp *leasev1.AcquireResponse, rec
 // given back on the key's next Acquire.
 func (lz *leaser) finishAhead(c *leaseCall, resp *leasev1.ReserveAheadResponse, recv bucket.Instant) {
 	for i, j := range c.jobs {
-		kr := resp.GetKeys()[i]
+		kr := fromKeyReservation(resp.GetKeys()[i])
 		sh := j.st.sh
 		sh.mu.Lock()
 		orphan := j.abandoned || c.given
-		if orphan && kr.GetStatus() == leasev1.GrantStatus_GRANT_STATUS_OK {
-			j.st.ls.ret = j.st.ls.ret.Add(j.lim.Limited(j.cost))
+		if orphan && kr.Status == lease.GrantOK {
+			j.st.lk.GiveBack(j.lim.Limited(j.cost))
 			lz.enqueueLocked(j.st, false, recv)
 		}
 		sh.mu.Unlock()
 		if !orphan {
-			j.finish(kr, recv, nil)
+			j.finish(&kr, recv, nil)
 		}
 	}
 }
 
 // finish records the job's result and wakes its waiter.
-func (j *aheadJob) finish(r *leasev1.KeyReservation, recv bucket.Instant, err error) {
+func (j *aheadJob) finish(r *lease.Reserved, recv bucket.Instant, err error) {
 	sh := j.st.sh
 	sh.mu.Lock()
 	select {
@@ -640,80 +637,6 @@ func (j *aheadJob) finish(r *leasev1.KeyReservation, recv bucket.Instant, err er
 		close(j.done)
 	}
 	sh.mu.Unlock()
-}
-
-// applyGrant applies one key's answer g to its entry req of the call
-// first sent at sent (the caller holds the shard lock).
-func (lz *leaser) applyGrant(st *keyState, req *leasev1.KeyAcquire, g *leasev1.KeyGrant, sent, expiry, recv bucket.Instant) {
-	ls := st.ls
-	need := fromAmount(req.GetNeed())
-	ls.expiry = expiry
-	ls.fallback = false // an answer ends the outage for the key: the next one falls back from it
-	if recv >= expiry {
-		ls.avail = ration.Amount{} // the answer came too late to spend anything
-	}
-	switch g.GetStatus() {
-	case leasev1.GrantStatus_GRANT_STATUS_OK:
-		if recv < expiry {
-			ls.avail = ls.avail.Add(st.lim.Limited(fromAmount(g.GetGranted())))
-		}
-		ls.coveredAt, ls.askAt = 0, 0
-	case leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED:
-		// The wait is exact at the refill the shares leave the global
-		// buckets; shares may be split anew at the next renewals, so the
-		// key asks again after a renewal period at most.
-		w := wireDuration(g.GetRetryAfterUs())
-		ls.coveredAt, ls.askAt = recv.Add(w), recv.Add(w)
-		if r := lz.renewEvery(); r > 0 && r < w {
-			ls.askAt = recv.Add(r)
-		}
-		ls.shortDim = shortDim(st.lim, need, g.GetSnapshot())
-	case leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE:
-		// The need can never fit the limits the call carried. A request
-		// that cannot fit its own limits is refused before it asks, so
-		// this answer is about other limits: a call built while the key's
-		// limits changed (requests in flight still carry the old ones).
-		// The waiters ask again, with their own.
-	}
-	if g.GetHeld() != nil {
-		ls.trimTo(st.lim, fromAmount(g.GetHeld()))
-	}
-	ls.counted = st.lim.Limited(fromAmount(g.GetHeld()))
-	// The share replaces the last one (none: zero) and accrues from
-	// receipt, on the limits the call carried: the allocator's.
-	ls.setShare(g.GetShare(), g.GetShareBurst(), g.GetShareFair(), fromLimits(req.GetLimits()), fromAmount(req.GetDemand()), sent, recv)
-	ls.setSnapshot(g.GetSnapshot(), recv)
-	if a := g.GetActiveSpenders(); a > 0 {
-		ls.active = a
-		if a > lz.maxActive.Load() {
-			lz.maxActive.Store(a)
-		}
-	}
-	lz.cfg.metrics.returned(fromAmount(g.GetReturned()))
-	ls.setLowWater(lz.lead())
-}
-
-// wireDuration converts a wait in microseconds from the allocator to a
-// Duration: saturating rather than overflowing, and at least 1ms, so that a
-// malformed (negative or zero) wait cannot make the key ask again in a loop.
-func wireDuration(us int64) time.Duration {
-	if us <= 0 {
-		return time.Millisecond
-	}
-	if us > int64(bucket.InfDuration/time.Microsecond) {
-		return bucket.InfDuration
-	}
-	return max(time.Millisecond, time.Duration(us)*time.Microsecond)
-}
-
-// shortDim is the dimension whose global bucket falls short of need,
-// tokens when both or neither do.
-func shortDim(lim ration.Limits, need ration.Amount, sn *leasev1.Snapshot) Dimension {
-	if lim.RPM > 0 && need.Requests > sn.GetRequests().GetRemaining() &&
-		(lim.TPM == 0 || need.Tokens <= sn.GetTokens().GetRemaining()) {
-		return Requests
-	}
-	return Tokens
 }
 
 // setFallback records whether the allocator serves this spender (off) or
@@ -783,7 +706,8 @@ func (lz *leaser) nextWake(now bucket.Instant) bucket.Instant {
 // maintain scans every key. With force, every key with anything to report
 // is queued.
 func (lz *leaser) maintain(now bucket.Instant, force bool) {
-	soon := now.Add(2*lz.cfg.tuning.MaintenanceInterval + lz.lead())
+	env := lz.env()
+	soon := now.Add(2*lz.cfg.tuning.MaintenanceInterval + env.Lead)
 	var held int
 	var shareRate [2]float64 // requests, tokens per minute held in shares
 	for i := range lz.l.shards {
@@ -793,31 +717,12 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 			sh.sweepLocked(now) // idle keys go even when no traffic touches their shard
 		}
 		for st := range sh.keys.all() {
-			ls := st.ls
-			lz.accrueLocked(st, now)
-			if ss := ls.ss; ss != nil && !ss.share.Zero() && now < ls.expiry {
-				r, t := ss.perMinute()
-				shareRate[0] += r
-				shareRate[1] += t
-			}
-			ls.valid(now)
-			if ls.holds(now) {
+			h, rate, accrued, send := env.Scan(st.lk, now, soon, force)
+			lz.accrued(accrued)
+			shareRate[0] += rate[0]
+			shareRate[1] += rate[1]
+			if h {
 				held++
-			}
-			if ls.queued {
-				continue
-			}
-			send := force && (ls.debt != ration.Amount{} || ls.ret != ration.Amount{} || ls.avail != ration.Amount{})
-			send = send || lz.renewDue(st, now) || lz.idleLocked(ls, now) || ls.overCounted()
-			if ls.avail != (ration.Amount{}) && ls.expiry <= soon {
-				if now.Sub(ls.lastAsked()) > lz.cfg.tuning.Horizon {
-					ls.ret = ls.ret.Add(ls.avail) // not in use: give it back before it is lost
-					ls.avail = ration.Amount{}
-				}
-				send = true
-			}
-			if ls.debt != (ration.Amount{}) || ls.ret != (ration.Amount{}) {
-				send = send || now.Sub(ls.lastUse) > lz.cfg.tuning.MaintenanceInterval || lz.fallback.Load()
 			}
 			if send {
 				lz.enqueueLocked(st, force, now)
@@ -881,20 +786,12 @@ func (lz *leaser) release(now bucket.Instant) *leasev1.ReleaseRequest {
 		sh := &lz.l.shards[i]
 		sh.mu.Lock()
 		for st := range sh.keys.all() {
-			ls := st.ls
-			lz.accrueLocked(st, now)
-			if ls.ss != nil {
-				// Released, the holding is gone at the allocator: no more accrual.
-				ls.ss.share = ration.Share{}
+			en, accrued, ok := st.lk.Release(now)
+			lz.accrued(accrued)
+			if ok {
+				req.Keys = append(req.Keys, &leasev1.KeyRelease{Key: en.Key, Limits: toLimits(en.Limits),
+					Returned: toAmount(en.Returned), Debt: toAmount(en.Debt)})
 			}
-			ls.valid(now)
-			ret := ls.ret.Add(ls.avail)
-			if ret == (ration.Amount{}) && ls.debt == (ration.Amount{}) {
-				continue
-			}
-			req.Keys = append(req.Keys, &leasev1.KeyRelease{Key: st.key, Limits: toLimits(st.lim),
-				Returned: toAmount(ret), Debt: toAmount(ls.debt)})
-			ls.avail, ls.ret, ls.debt = ration.Amount{}, ration.Amount{}, ration.Amount{}
 		}
 		sh.mu.Unlock()
 	}

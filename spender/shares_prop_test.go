@@ -122,14 +122,7 @@ func propShareBound(t *testing.T, seed uint64, steps int) {
 			sh := &l.shards[i]
 			sh.mu.Lock()
 			for st := range sh.keys.all() {
-				ls := *st.ls
-				if st.ls.ss != nil {
-					ss := *st.ls.ss
-					ls.ss = &ss
-				}
-				stored := st.ls.avail.Add(st.ls.outstanding)
-				ls.accrue(st.lim, now)
-				looked := ls.avail.Add(ls.outstanding)
+				stored, looked := st.lk.Holding(now)
 				rep := last[st.key]
 				var bound, counted ration.Amount
 				if rep != nil {
@@ -138,13 +131,13 @@ func propShareBound(t *testing.T, seed uint64, steps int) {
 				}
 				for _, lv := range []ration.Amount{stored, looked} {
 					over := lv.Sub(bound)
-					if lim := st.lim; lim.RPM > 0 && over.Requests > 0 || lim.TPM > 0 && over.Tokens > 0 {
+					if lim := st.Lim; lim.RPM > 0 && over.Requests > 0 || lim.TPM > 0 && over.Tokens > 0 {
 						sh.mu.Unlock()
 						t.Fatalf("step %d, key %s: avail+outstanding %+v above max(held, burst) %+v (last answer %+v, in call %v)\n%v",
-							step, st.key, lv, bound, rep, st.ls.inCall, log)
+							step, st.key, lv, bound, rep, st.lk.InCall(), log)
 					}
 					over = lv.Sub(counted)
-					if lim := st.lim; lim.RPM > 0 && over.Requests > 0 || lim.TPM > 0 && over.Tokens > 0 {
+					if lim := st.Lim; lim.RPM > 0 && over.Requests > 0 || lim.TPM > 0 && over.Tokens > 0 {
 						sh.mu.Unlock()
 						t.Fatalf("step %d, key %s: avail+outstanding %+v above held + accrual since receipt %+v (last answer %+v)\n%v",
 							step, st.key, lv, counted, rep, log)

@@ -1,4 +1,4 @@
-package spender
+package lease
 
 import (
 	"math"

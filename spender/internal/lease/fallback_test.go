@@ -1,4 +1,4 @@
-package spender
+package lease
 
 import (
 	"testing"
@@ -35,8 +35,8 @@ func TestFallbackShareOf(t *testing.T) {
 			ration.Limits{RPM: ration.MaxAmount, BurstRequests: ration.MaxAmount}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := fallbackShareOf(tc.lim, tc.own, tc.shared, tc.n); got != tc.want {
-				t.Errorf("fallbackShareOf = %+v, want %+v", got, tc.want)
+			if got := FallbackShareOf(tc.lim, tc.own, tc.shared, tc.n); got != tc.want {
+				t.Errorf("FallbackShareOf = %+v, want %+v", got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package spender
+package lease
 
 import (
 	"math"
@@ -13,65 +13,53 @@ import (
 // docs/leasing.md, "Rate shares"). A key without a share takes none of
 // these paths.
 
-// leaseTTL is the lease TTL the allocator last answered with (0 before
-// any answer).
-func (lz *leaser) leaseTTL() time.Duration { return time.Duration(lz.ttl.Load()) }
-
 // renewEvery is how often a key holding a share is renewed: half a TTL.
-func (lz *leaser) renewEvery() time.Duration { return lz.leaseTTL() / 2 }
+func (e *Env) renewEvery() time.Duration { return e.TTL / 2 }
 
 // idleAfter is how long a key goes without traffic before it counts as
 // idle: as long as still lets its give-back, sent at a maintenance tick and
 // answered within a lead, end within a TTL of its last request (at least
 // half a TTL; 0 before any answer).
-func (lz *leaser) idleAfter() time.Duration {
-	ttl := lz.leaseTTL()
-	return max(ttl/2, ttl-2*lz.cfg.tuning.MaintenanceInterval-lz.lead())
+func (e *Env) idleAfter() time.Duration {
+	return max(e.TTL/2, e.TTL-2*e.Tuning.MaintenanceInterval-e.Lead)
 }
 
-// idleLocked reports whether ls's key has had no traffic for idleAfter and
-// still holds a lease or a share, or the allocator counts it holding more
-// than it does (requests unsettled at its last call have settled since)
-// (the shard locked): its next call gives everything back and asks for
-// nothing, no share either, so that a TTL after a key's last request,
-// whatever that request's answer, the gateway holds nothing of it, nor
-// does the allocator count anything, and no more calls are made for it.
-func (lz *leaser) idleLocked(ls *leaseState, now bucket.Instant) bool {
-	idle := lz.idleAfter()
-	if idle <= 0 || now.Sub(ls.lastAsked()) < idle {
+// fresh is how long the global state an answer reported says something:
+// a renewal period plus the time a renewal takes.
+func (e *Env) fresh() time.Duration {
+	return e.renewEvery() + e.Tuning.MaintenanceInterval + e.Lead
+}
+
+// idle reports whether k has had no traffic for idleAfter and still holds
+// a lease or a share, or the allocator counts it holding more than it does
+// (requests unsettled at its last call have settled since): its next call
+// gives everything back and asks for nothing, no share either, so that a
+// TTL after a key's last request, whatever that request's answer, the
+// gateway holds nothing of it, nor does the allocator count anything, and
+// no more calls are made for it.
+func (e *Env) idle(k *Key, now bucket.Instant) bool {
+	idle := e.idleAfter()
+	if idle <= 0 || now.Sub(k.lastAsked()) < idle {
 		return false
 	}
-	holds := ls.avail.Add(ls.outstanding)
-	return ls.avail != (ration.Amount{}) || ls.ss != nil && !(ls.ss.share.Zero() && ls.ss.fair.Zero()) ||
-		ls.counted.Requests > holds.Requests || ls.counted.Tokens > holds.Tokens
+	holds := k.avail.Add(k.outstanding)
+	return k.avail != (ration.Amount{}) || k.ss != nil && !(k.ss.share.Zero() && k.ss.fair.Zero()) ||
+		k.counted.Requests > holds.Requests || k.counted.Tokens > holds.Tokens
 }
 
-// accrueLocked credits st's share accrued up to now (the shard locked)
-// and counts it.
-func (lz *leaser) accrueLocked(st *keyState, now bucket.Instant) {
-	if st.ls.ss == nil {
-		return
-	}
-	if add := st.ls.accrue(st.lim, now); add != (ration.Amount{}) {
-		lz.cfg.metrics.shareAccrued(add)
-	}
-}
-
-// shareUsable reports whether st's share accrues into its lease now, on
+// shareUsable reports whether k's share accrues into its lease now, on
 // the key's current limits (a share granted on other limits is left to
 // the allocator: the next call carries the new ones).
-func shareUsable(st *keyState, now bucket.Instant) bool {
-	ls := st.ls
-	return ls.ss != nil && !ls.ss.share.Zero() && ls.ss.lim == st.lim && now < ls.expiry
+func (k *Key) shareUsable(now bucket.Instant) bool {
+	return k.ss != nil && !k.ss.share.Zero() && k.ss.lim == k.lim && now < k.expiry
 }
 
 // globalShort reports whether the key's global buckets, as the allocator
 // last reported them, cannot give n: some limited dimension's remaining
-// is below n's. A report older than a renewal period (plus the time a
-// renewal takes) says nothing.
-func (lz *leaser) globalShort(ls *leaseState, lim ration.Limits, n ration.Amount, now bucket.Instant) bool {
-	fresh := lz.renewEvery() + lz.cfg.tuning.MaintenanceInterval + lz.lead()
-	if !ls.hasSnap || now.Sub(ls.snapAt) >= fresh {
+// is below n's. A report older than fresh (a renewal period plus the time
+// a renewal takes) says nothing.
+func (k *Key) globalShort(n ration.Amount, now bucket.Instant, fresh time.Duration) bool {
+	if !k.hasSnap || now.Sub(k.snapAt) >= fresh {
 		return false
 	}
 	// Room is the shortfall and, while the bucket holds less than a quarter
@@ -80,39 +68,39 @@ func (lz *leaser) globalShort(ls *leaseState, lim ration.Limits, n ration.Amount
 	// holds only what returns brought back, and a fleet that asked for
 	// every sliver of it would be back to a call per admission. A bucket
 	// with more than that is not saturated: ask rather than refuse.
-	worth := ration.Amount{Requests: 8 * ls.ss.cost.Requests, Tokens: 8 * ls.ss.cost.Tokens}
-	active := int64(max(1, ls.active))
+	worth := ration.Amount{Requests: 8 * k.ss.cost.Requests, Tokens: 8 * k.ss.cost.Tokens}
+	active := int64(max(1, k.active))
+	lim := k.lim
 	capacity := lim.Capacity()
 	short := func(rem, n, worth, capacity int64) bool {
 		return n > 0 && (rem < n || rem < capacity/4 && rem/active < worth)
 	}
-	return lim.RPM > 0 && short(ls.snapRem.Requests, n.Requests, worth.Requests, capacity.Requests) ||
-		lim.TPM > 0 && short(ls.snapRem.Tokens, n.Tokens, worth.Tokens, capacity.Tokens)
+	return lim.RPM > 0 && short(k.snapRem.Requests, n.Requests, worth.Requests, capacity.Requests) ||
+		lim.TPM > 0 && short(k.snapRem.Tokens, n.Tokens, worth.Tokens, capacity.Tokens)
 }
 
-// refusalLocked is the local refusal of c on st at now when the lease does
-// not cover it (the shard locked), or nil when the allocator must be asked
-// (or the fallback policy decide). The key refuses locally while a wait the
-// allocator named for its global buckets runs (askAt: a renewal period at
-// most, since shares may be split anew), or when its refill share will
-// cover the shortfall within the lease and the global buckets had nothing
-// for it in the last answer (less than the shortfall, or too little to be
-// worth a call at saturation: globalShort). RetryAfter is toldWaitLocked's.
-func (lz *leaser) refusalLocked(st *keyState, c ration.Amount, now bucket.Instant) *RejectError {
-	ls, lim := st.ls, st.lim
-	lack := lim.Limited(c).Sub(ls.avail).Positive()
-	own, ownDim, ownOK := lz.shareWaitLocked(st, lack, now)
-	shareRefuses := ownOK && now.Add(own) < ls.expiry && lz.globalShort(ls, lim, lack, now)
-	if ls.askAt <= now && !shareRefuses {
+// refusal is the local refusal of c on k at now when the lease does not
+// cover it, or nil when the allocator must be asked (or the fallback
+// policy decide). The key refuses locally while a wait the allocator named
+// for its global buckets runs (askAt: a renewal period at most, since
+// shares may be split anew), or when its refill share will cover the
+// shortfall within the lease and the global buckets had nothing for it in
+// the last answer (less than the shortfall, or too little to be worth a
+// call at saturation: globalShort). Its wait is toldWait's.
+func (e *Env) refusal(k *Key, c ration.Amount, now bucket.Instant) *Refusal {
+	lack := k.lim.Limited(c).Sub(k.avail).Positive()
+	own, ownDim, ownOK := e.shareWait(k, lack, now)
+	shareRefuses := ownOK && now.Add(own) < k.expiry && k.globalShort(lack, now, e.fresh())
+	if k.askAt <= now && !shareRefuses {
 		return nil
 	}
-	wait, dim := lz.toldWaitLocked(st, lack, now, own, ownDim, ownOK)
-	return ls.rejection(lim, c, dim, wait, now)
+	wait, dim := e.toldWait(k, lack, now, own, ownDim, ownOK)
+	return k.rejection(c, dim, wait, now)
 }
 
-// toldWaitLocked is the wait a refusal of a request lacking lack tells the
+// toldWait is the wait a refusal of a request lacking lack tells the
 // client (its Retry-After), with the dimension it waits on, given what the
-// key's share takes (own, on ownDim, if ownOK: shareWaitLocked): the earliest
+// key's share takes (own, on ownDim, if ownOK: shareWait): the earliest
 // instant the key can admit it on what this spender knows, assuming the
 // shares stay as the last answer split them. That is the sooner of
 //
@@ -131,22 +119,22 @@ func (lz *leaser) refusalLocked(st *keyState, c ration.Amount, now bucket.Instan
 // with this spender's demand in, and no split refills it sooner. (A wait
 // beyond reach for another reason, a debt of 2^50 tokens, stays what it
 // is.) docs/contract.md says how late or early these can be.
-func (lz *leaser) toldWaitLocked(st *keyState, lack ration.Amount, now bucket.Instant, own time.Duration, ownDim Dimension, ownOK bool) (time.Duration, Dimension) {
-	ls, lim := st.ls, st.lim
-	wait, dim := bucket.InfDuration, ls.shortDim
-	if ls.askAt > now {
-		wait = ls.coveredAt.Sub(now)
+func (e *Env) toldWait(k *Key, lack ration.Amount, now bucket.Instant, own time.Duration, ownDim Dim, ownOK bool) (time.Duration, Dim) {
+	lim := k.lim
+	wait, dim := bucket.InfDuration, k.shortDim
+	if k.askAt > now {
+		wait = k.coveredAt.Sub(now)
 	}
 	if ownOK && own < wait {
 		wait, dim = own, ownDim
 	}
-	renew := lz.renewEvery()
-	if ss := ls.ss; ss != nil && (ss.fair.Requests > ss.share.Requests || ss.fair.Tokens > ss.share.Tokens) {
+	renew := e.renewEvery()
+	if ss := k.ss; ss != nil && (ss.fair.Requests > ss.share.Requests || ss.fair.Tokens > ss.share.Tokens) {
 		if d, ok := ss.lim.AccrualTime(ss.fair, lack); ok && renew+d < wait {
 			wait = renew + d
 		}
 	}
-	if shared := ls.snapShared; wait >= bucket.InfDuration/2 &&
+	if shared := k.snapShared; wait >= bucket.InfDuration/2 &&
 		(lim.RPM > 0 && shared.Requests >= ration.ShareUnit || lim.TPM > 0 && shared.Tokens >= ration.ShareUnit) {
 		d, _ := lim.AccrualTime(ration.Share{Requests: ration.ShareUnit, Tokens: ration.ShareUnit}, lack)
 		wait = renew + d
@@ -154,18 +142,17 @@ func (lz *leaser) toldWaitLocked(st *keyState, lack ration.Amount, now bucket.In
 	return wait, dim
 }
 
-// shareWaitLocked is the time st's share takes to accrue lack, and the
-// dimension that takes longest; ok is false when the share cannot cover it
-// (none, one granted on other limits, paused by an outage, or lack above
-// its burst). It does not stop at the lease's expiry: renewals carry the
-// share on.
-func (lz *leaser) shareWaitLocked(st *keyState, lack ration.Amount, now bucket.Instant) (time.Duration, Dimension, bool) {
-	ls := st.ls
-	if !shareUsable(st, now) || ls.ss.paused && lz.fallback.Load() {
+// shareWait is the time k's share takes to accrue lack, and the dimension
+// that takes longest; ok is false when the share cannot cover it (none,
+// one granted on other limits, paused by an outage, or lack above its
+// burst). It does not stop at the lease's expiry: renewals carry the share
+// on.
+func (e *Env) shareWait(k *Key, lack ration.Amount, now bucket.Instant) (time.Duration, Dim, bool) {
+	if !k.shareUsable(now) || k.ss.paused && e.Fallback {
 		return 0, 0, false
 	}
-	ss := ls.ss
-	lc := lack.Add(ls.avail)
+	ss := k.ss
+	lc := lack.Add(k.avail)
 	if lack.Requests > 0 && lc.Requests > ss.burst.Requests || lack.Tokens > 0 && lc.Tokens > ss.burst.Tokens {
 		return 0, 0, false // accrual stops at the burst before it covers the cost
 	}
@@ -180,30 +167,29 @@ func (lz *leaser) shareWaitLocked(st *keyState, lack ration.Amount, now bucket.I
 	return d, dim, true
 }
 
-// shareRefills reports whether st's share, not an allocator call, should
+// shareRefills reports whether k's share, not an allocator call, should
 // refill a lease that an admission of c left below its low watermark:
-// the share accrues and the global buckets, as last reported, cannot
-// bring the lease back above the watermark anyway.
-func (lz *leaser) shareRefills(st *keyState, c ration.Amount, now bucket.Instant) bool {
-	ls := st.ls
-	if !shareUsable(st, now) || ls.ss.paused {
+// the share accrues and the global buckets, as last reported (fresh for
+// as long as fresh), cannot bring the lease back above the watermark
+// anyway.
+func (k *Key) shareRefills(c ration.Amount, now bucket.Instant, fresh time.Duration) bool {
+	if !k.shareUsable(now) || k.ss.paused {
 		return false
 	}
-	return lz.globalShort(ls, st.lim, ls.lowWater.Add(st.lim.Limited(c)).Sub(ls.avail).Positive(), now)
+	return k.globalShort(k.lowWater.Add(k.lim.Limited(c)).Sub(k.avail).Positive(), now, fresh)
 }
 
-// renewDue reports whether st, holding a share, is due for renewal at
-// now: a renewal period (half a TTL) after its last send, or an eighth of
-// a TTL when its demand moved a lot against the share or the share is well
-// below its fair share (the shard locked).
-func (lz *leaser) renewDue(st *keyState, now bucket.Instant) bool {
-	ls, ttl := st.ls, lz.leaseTTL()
-	ss := ls.ss
-	if ss == nil || ss.share.Zero() && ss.fair.Zero() || ls.inCall || ttl <= 0 {
+// renewDue reports whether k, holding a share, is due for renewal at now:
+// a renewal period (half a TTL) after its last send, or an eighth of a TTL
+// when its demand moved a lot against the share or the share is well below
+// its fair share.
+func (e *Env) renewDue(k *Key, now bucket.Instant) bool {
+	ss, ttl := k.ss, e.TTL
+	if ss == nil || ss.share.Zero() && ss.fair.Zero() || k.inCall || ttl <= 0 {
 		return false
 	}
 	since := now.Sub(ss.sent)
-	return since >= lz.renewEvery() || since >= ttl/8 && (ls.demandMoved(st.lim, now) || ss.owed())
+	return since >= e.renewEvery() || since >= ttl/8 && (k.demandMoved(now) || ss.owed())
 }
 
 // owed reports whether the share is well below the fair share the
@@ -223,9 +209,9 @@ func (ss *shareState) owed() bool {
 // Low rates are noisy: a dimension counts as low only once the time since
 // the last send would have seen eight requests of the last cost at that
 // rate.
-func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
-	ss := ls.ss
-	ss.trackDemand(ls.spentTotal, now)
+func (k *Key) demandMoved(now bucket.Instant) bool {
+	ss, lim := k.ss, k.lim
+	ss.trackDemand(k.spentTotal, now)
 	dt := now.Sub(ss.sent).Minutes()
 	if dt <= 0 {
 		return false
@@ -241,7 +227,7 @@ func (ls *leaseState) demandMoved(lim ration.Limits, now bucket.Instant) bool {
 		{lim.RPM > 0, ss.share.Requests, float64(asked.Requests), shareReq, float64(ss.sentDem.Requests), ss.cost.Requests},
 		{lim.TPM > 0, ss.share.Tokens, float64(asked.Tokens), shareTok, float64(ss.sentDem.Tokens), ss.cost.Tokens},
 	}
-	if !ss.share.Zero() && ss.silent(now.Sub(ls.lastAsked())) {
+	if !ss.share.Zero() && ss.silent(now.Sub(k.lastAsked())) {
 		return true // it stopped: give the share back now
 	}
 	low, seen := true, false
@@ -286,20 +272,20 @@ func (ss *shareState) perMinute() (req, tok float64) {
 	return float64(ss.lim.RPM) * float64(ss.share.Requests) * f, float64(ss.lim.TPM) * float64(ss.share.Tokens) * f
 }
 
-// returnExcessLocked gives back, on the call being built, the part of a
-// key's lease its demand does not need over horizon (plus one request of
-// the last cost), when it holds a share: the share refills the lease, and
-// a gateway whose traffic moved elsewhere would otherwise sit on what it
+// returnExcess gives back, on the call being built, the part of a key's
+// lease its demand does not need over horizon (plus one request of the
+// last cost), when it holds a share: the share refills the lease, and a
+// gateway whose traffic moved elsewhere would otherwise sit on what it
 // was granted and accrued while it was busy.
-func (ls *leaseState) returnExcessLocked(lim ration.Limits, horizon time.Duration, now bucket.Instant) {
-	ss := ls.ss
-	if ss == nil || ss.share.Zero() || now >= ls.expiry {
+func (k *Key) returnExcess(horizon time.Duration, now bucket.Instant) {
+	ss := k.ss
+	if ss == nil || ss.share.Zero() || now >= k.expiry {
 		return
 	}
-	ss.trackDemand(ls.spentTotal, now)
+	ss.trackDemand(k.spentTotal, now)
 	h := horizon.Seconds()
 	keep := ration.Amount{Requests: int64(ss.demReq*h) + ss.cost.Requests, Tokens: int64(ss.demTok*h) + ss.cost.Tokens}
-	excess := lim.Limited(ls.avail.Sub(keep).Positive())
-	ls.avail = ls.avail.Sub(excess)
-	ls.ret = ls.ret.Add(excess)
+	excess := k.lim.Limited(k.avail.Sub(keep).Positive())
+	k.avail = k.avail.Sub(excess)
+	k.ret = k.ret.Add(excess)
 }

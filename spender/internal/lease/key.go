@@ -1,4 +1,4 @@
-package spender
+package lease
 
 import (
 	"math"
@@ -6,13 +6,17 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
-	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
-// leaseState is one key's share of its global budget in a leased Limiter.
-// It is guarded by the key's shard mutex. Only limited dimensions are
-// tracked; an unlimited one is never short.
-type leaseState struct {
+// Key is one key's share of its global budget in a leased Limiter: its
+// lease, what it has to report, its refill share and the estimates the
+// calls carry. Only limited dimensions are tracked; an unlimited one is
+// never short. A Key is not safe for concurrent use: its owner's lock
+// guards it.
+type Key struct {
+	id  string
+	lim ration.Limits // the limits the key's last request carried
+
 	expiry      bucket.Instant // when avail stops being spendable
 	avail       ration.Amount  // granted and unspent; spendable while now < expiry
 	outstanding ration.Amount  // admitted and not yet settled (counted as held)
@@ -50,12 +54,11 @@ type leaseState struct {
 	// (the allocator's exact wait), and the key answers locally until askAt
 	// (coveredAt, or a renewal period after the answer if sooner).
 	coveredAt, askAt bucket.Instant
-	shortDim         Dimension // the dimension that was short then
-	rejected         error     // the allocator refused the key's entry as invalid (ErrKeyRejected)
+	shortDim         Dim   // the dimension that was short then
+	rejected         error // the allocator refused the key's entry as invalid (ErrKeyRejected)
 
 	waitMax ration.Amount // the largest cost a waiting Reserve needs
 	waitSum ration.Amount // the sum of the costs waiting Reserves need
-	wait    chan struct{} // closed when the next Acquire carrying this key ends
 
 	active uint32 // spenders holding a lease on the key, per the allocator
 
@@ -65,14 +68,47 @@ type leaseState struct {
 	rateBase         ration.Amount
 	rateReq, rateTok float64 // per second
 
-	fallback bool          // fallback buckets (keyState.req/tok) are at fbLim
-	fbLim    ration.Limits // the share the fallback buckets were made for
+	// fb is the key's fallback buckets, at this spender's part of the
+	// key's limits (nil until the key first falls back). fbOn: they are
+	// this outage's, made when the key first fell back and kept until an
+	// answer ends the outage for the key (the next one starts from that
+	// answer).
+	fb   *Buckets
+	fbOn bool
 
 	// ss is the key's refill share and demand estimate; nil until the key
 	// first gets a share or refuses a request (most keys never do, and
 	// the state of every key stays small).
 	ss *shareState
 }
+
+// NewKey returns the state of key id at limits lim, first seen at now: no
+// lease, nothing to report.
+func NewKey(id string, lim ration.Limits, now bucket.Instant) *Key {
+	return &Key{id: id, lim: lim, lastUse: now}
+}
+
+// ID returns the key.
+func (k *Key) ID() string { return k.id }
+
+// Limits returns the limits the key's last request carried.
+func (k *Key) Limits() ration.Limits { return k.lim }
+
+// SetLimits records new limits from a request: a new question for the
+// allocator, so a key it rejected may ask again.
+func (k *Key) SetLimits(lim ration.Limits) {
+	k.lim = lim
+	k.rejected = nil
+}
+
+// Rejected is the allocator's refusal of the key's entry as invalid
+// (nil if none), until its limits change.
+func (k *Key) Rejected() error { return k.rejected }
+
+// Gen returns the lease's generation: a reservation admitted from the
+// lease remembers it, and Settle knows from it whether the lease is still
+// the one it came from.
+func (k *Key) Gen() uint32 { return k.gen }
 
 // shareState is a key's refill share: a fraction of the key's refill rate
 // the allocator lets this spender add to its own lease, continuously,
@@ -117,101 +153,90 @@ type shareState struct {
 	cost           ration.Amount // the last cost seen: the renewal rules' unit
 }
 
-// shares returns ls's share state, making it: its demand estimate starts
+// shares returns k's share state, making it: its demand estimate starts
 // at the spend rate (what it was while no refusal was counted).
-func (ls *leaseState) shares() *shareState {
-	if ls.ss == nil {
-		ls.ss = &shareState{demReq: ls.rateReq, demTok: ls.rateTok}
+func (k *Key) shares() *shareState {
+	if k.ss == nil {
+		k.ss = &shareState{demReq: k.rateReq, demTok: k.rateTok}
 	}
-	return ls.ss
+	return k.ss
 }
 
-// hasShare reports whether ls holds a non-zero share that is not paused.
-func (ls *leaseState) hasShare() bool {
-	return ls.ss != nil && !ls.ss.paused && !ls.ss.share.Zero()
-}
-
-// accrue adds ls's share accrued up to now to the lease, exactly (the
+// accrue adds k's share accrued up to now to the lease, exactly (the
 // share's accrual from its start, rounded down, less what was credited
 // before), and returns what it added. Accrual stops at the lease's expiry,
 // while the key is in a call, and while avail + outstanding are at the
-// share's burst: the excess is dropped, not banked, and accrual never
-// takes avail + outstanding above the burst. Only lim's limited dimensions
-// are kept, as everywhere in the lease.
-func (ls *leaseState) accrue(lim ration.Limits, now bucket.Instant) ration.Amount {
-	ss := ls.ss
+// share's burst: the excess is dropped, not banked, and accrual never takes
+// avail + outstanding above the burst. Only the limited dimensions are
+// kept, as everywhere in the lease.
+func (k *Key) accrue(now bucket.Instant) ration.Amount {
+	ss := k.ss
 	if ss == nil || ss.paused || ss.share.Zero() {
 		return ration.Amount{}
 	}
-	total, left := ss.lim.AccruedCarry(ss.share, min(now, ls.expiry).Sub(ss.from), ss.carried)
+	total, left := ss.lim.AccruedCarry(ss.share, min(now, k.expiry).Sub(ss.from), ss.carried)
 	ss.left = left
 	delta := total.Sub(ss.credited).Positive()
 	if delta == (ration.Amount{}) {
 		return ration.Amount{}
 	}
 	ss.credited = ss.credited.Max(total)
-	if now >= ls.expiry {
+	if now >= k.expiry {
 		return ration.Amount{} // an expired lease is never spent
 	}
-	level := ls.avail.Add(ls.outstanding)
+	level := k.avail.Add(k.outstanding)
 	var add ration.Amount
-	if lim.RPM > 0 {
+	if k.lim.RPM > 0 {
 		add.Requests = min(delta.Requests, max(0, ss.burst.Requests-level.Requests))
 	}
-	if lim.TPM > 0 {
+	if k.lim.TPM > 0 {
 		add.Tokens = min(delta.Tokens, max(0, ss.burst.Tokens-level.Tokens))
 	}
-	ls.avail = ls.avail.Add(add)
+	k.avail = k.avail.Add(add)
 	return add
 }
 
-// setShare replaces ls's share with the one an answer received at recv
-// carried (nil: none), with the fair share it named (nil: the share),
-// granted on lim for the call first sent at sent that reported demand dem
-// (per minute). It resumes accrual, from recv.
-func (ls *leaseState) setShare(s *leasev1.Share, burst *leasev1.Amount, fair *leasev1.Share, lim ration.Limits, dem ration.Amount, sent, recv bucket.Instant) {
-	sh := wireShare(s)
-	if ls.ss == nil && sh.Zero() && fair == nil {
+// setShare replaces k's share with the one an answer received at recv
+// carried (zero: none), with the fair share it named (hasFair false: the
+// share), granted on lim for the call first sent at sent that reported
+// demand dem (per minute). It resumes accrual, from recv.
+func (k *Key) setShare(share ration.Share, burst ration.Amount, fair ration.Share, hasFair bool, lim ration.Limits, dem ration.Amount, sent, recv bucket.Instant) {
+	if k.ss == nil && share.Zero() && !hasFair {
 		return
 	}
-	ss := ls.shares()
-	ss.trackDemand(ls.spentTotal, recv)
-	ss.share, ss.lim, ss.burst, ss.fair = sh, lim, fromAmount(burst), sh
-	if fair != nil {
-		ss.fair = wireShare(fair)
+	ss := k.shares()
+	ss.trackDemand(k.spentTotal, recv)
+	ss.share, ss.lim, ss.burst, ss.fair = share, lim, burst, share
+	if hasFair {
+		ss.fair = fair
 	}
 	ss.from, ss.sent, ss.credited, ss.paused = recv, sent, ration.Amount{}, false
 	ss.carried = ss.left
 	ss.sentDem = dem
 }
 
-// wireShare is a share on the wire, clamped to the whole rate.
-func wireShare(s *leasev1.Share) ration.Share {
-	return ration.Share{Requests: min(s.GetRequestsPpm(), ration.ShareUnit), Tokens: min(s.GetTokensPpm(), ration.ShareUnit)}
-}
-
 // refuse counts c, refused at now, as demand.
-func (ls *leaseState) refuse(lim ration.Limits, c ration.Amount, now bucket.Instant) {
-	ss := ls.shares()
-	ss.trackDemand(ls.spentTotal, now) // (starts the estimate before counting c)
-	c = lim.Limited(c)
+func (k *Key) refuse(c ration.Amount, now bucket.Instant) {
+	ss := k.shares()
+	ss.trackDemand(k.spentTotal, now) // (starts the estimate before counting c)
+	c = k.lim.Limited(c)
 	ss.refused = ss.refused.Add(c)
 	ss.refusedTotal = ss.refusedTotal.Add(c)
 	ss.lastRefused, ss.cost = now, c
 }
 
 // demand is what the key's traffic asks per minute (admitted and
-// refused), in lim's limited dimensions (the spend rate until a share
+// refused), in its limited dimensions (the spend rate until a share
 // state exists, then its demand estimate);
 // 0 once the key has seen no traffic for idle (a lease TTL: the estimate
 // alone only halves at each call), or, with a share, for as long as would
 // have seen sixteen requests at the demand it last reported (silent),
 // which gives its share back.
-func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Duration) ration.Amount {
-	r, t, gap := ls.rateReq, ls.rateTok, now.Sub(ls.lastAsked())
+func (k *Key) demand(now bucket.Instant, idle time.Duration) ration.Amount {
+	r, t, gap := k.rateReq, k.rateTok, now.Sub(k.lastAsked())
 	stopped := idle > 0 && gap >= idle
-	if ss := ls.ss; ss != nil {
-		ss.trackDemand(ls.spentTotal, now)
+	if ss := k.ss; ss != nil {
+		ss.trackDemand(k.spentTotal, now)
 		r, t = ss.demReq, ss.demTok
 		if stopped = idle > 0 && (gap >= idle || ss.silent(gap)); stopped {
 			ss.demReq, ss.demTok = 0, 0 // start again from the next traffic
@@ -220,16 +245,16 @@ func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Du
 	if stopped {
 		return ration.Amount{}
 	}
-	d := lim.Limited(ration.Amount{Requests: int64(r * 60), Tokens: int64(t * 60)})
+	d := k.lim.Limited(ration.Amount{Requests: int64(r * 60), Tokens: int64(t * 60)})
 	// A dimension whose requests reserve far more than they use (tokens
 	// reserved up to max_tokens) asks for no share: its pool must hold the
 	// reservations in flight, which a share sized to use cannot refill in
 	// time, and the refill it would divert would be dropped at the burst.
 	// Its leases come from the bucket, as without shares.
-	if overReserves(ls.reserved.Requests, ls.spentTotal.Requests) {
+	if overReserves(k.reserved.Requests, k.spentTotal.Requests) {
 		d.Requests = 0
 	}
-	if overReserves(ls.reserved.Tokens, ls.spentTotal.Tokens) {
+	if overReserves(k.reserved.Tokens, k.spentTotal.Tokens) {
 		d.Tokens = 0
 	}
 	return d
@@ -237,11 +262,11 @@ func (ls *leaseState) demand(lim ration.Limits, now bucket.Instant, idle time.Du
 
 // lastAsked is the key's last traffic: its last admission, or its last
 // refusal once it has a share state (which counts refusals).
-func (ls *leaseState) lastAsked() bucket.Instant {
-	if ls.ss == nil {
-		return ls.lastUse
+func (k *Key) lastAsked() bucket.Instant {
+	if k.ss == nil {
+		return k.lastUse
 	}
-	return max(ls.lastUse, ls.ss.lastRefused)
+	return max(k.lastUse, k.ss.lastRefused)
 }
 
 // silent reports whether a key that saw no traffic for gap has stopped:
@@ -267,58 +292,60 @@ func overReserves(reserved, used int64) bool { return 2*reserved > 3*max(used, 0
 // valid reports whether the lease may be spent at now, dropping it if not:
 // budget from an expired lease is never spent (invariant 1). Dropping a
 // lease moves the generation on, so that reservations made from it know.
-func (ls *leaseState) valid(now bucket.Instant) bool {
-	if now < ls.expiry {
+func (k *Key) valid(now bucket.Instant) bool {
+	if now < k.expiry {
 		return true
 	}
-	if ls.avail != (ration.Amount{}) || ls.gen == 0 {
-		ls.avail = ration.Amount{}
-		ls.gen++
+	if k.avail != (ration.Amount{}) || k.gen == 0 {
+		k.avail = ration.Amount{}
+		k.gen++
 	}
 	return false
 }
 
 // covers reports whether the lease covers c in every limited dimension.
-func (ls *leaseState) covers(lim ration.Limits, c ration.Amount) bool {
-	return (lim.RPM == 0 || ls.avail.Requests >= c.Requests) && (lim.TPM == 0 || ls.avail.Tokens >= c.Tokens)
+func (k *Key) covers(c ration.Amount) bool {
+	return (k.lim.RPM == 0 || k.avail.Requests >= c.Requests) && (k.lim.TPM == 0 || k.avail.Tokens >= c.Tokens)
 }
 
 // spend moves c from the lease to outstanding and records it.
-func (ls *leaseState) spend(lim ration.Limits, c ration.Amount, now bucket.Instant) {
-	c = lim.Limited(c)
-	ls.avail = ls.avail.Sub(c)
-	ls.outstanding = ls.outstanding.Add(c)
-	ls.record(c, now)
+func (k *Key) spend(c ration.Amount, now bucket.Instant) {
+	c = k.lim.Limited(c)
+	k.avail = k.avail.Sub(c)
+	k.outstanding = k.outstanding.Add(c)
+	k.record(c, now)
 }
 
 // record counts c as spent now, for the rate estimate and the headers.
-func (ls *leaseState) record(c ration.Amount, now bucket.Instant) {
-	ls.spentTotal = ls.spentTotal.Add(c)
-	ls.reserved = ls.reserved.Add(c)
-	if !ls.rated {
-		ls.lastCost = c
+func (k *Key) record(c ration.Amount, now bucket.Instant) {
+	k.spentTotal = k.spentTotal.Add(c)
+	k.reserved = k.reserved.Add(c)
+	if !k.rated {
+		k.lastCost = c
 	}
-	if ls.ss != nil {
-		ls.ss.cost = c
+	if k.ss != nil {
+		k.ss.cost = c
 	}
-	ls.lastUse = now
+	k.lastUse = now
 }
 
-// settle applies a reservation's actual usage: a refund goes back into a
-// valid lease (or is lost with an expired one: returns cannot mint), an
-// overrun is taken from the lease and the rest becomes debt.
+// Settle applies the actual usage of a reservation of reserved admitted
+// from the lease's generation gen: a refund goes back into a valid lease
+// (or is lost with an expired one: returns cannot mint), an overrun is
+// taken from the lease and the rest becomes debt.
 //
 // It needs no clock. A lease that expired since the reservation was made
 // has been seen to expire (its generation moved on) or has not been looked
 // at since: then a refund added to it is dropped at the next look, before
 // anyone can spend it, and an overrun taken from it consumes budget that
 // was granted and never returned.
-func (ls *leaseState) settle(lim ration.Limits, reserved, actual ration.Amount, gen uint32) {
+func (k *Key) Settle(reserved, actual ration.Amount, gen uint32) {
+	lim := k.lim
 	reserved, actual = lim.Limited(reserved), lim.Limited(actual)
-	ls.outstanding = ls.outstanding.Sub(reserved)
-	ls.outstanding = ration.Amount{Requests: max(0, ls.outstanding.Requests), Tokens: max(0, ls.outstanding.Tokens)}
-	ls.spentTotal = ls.spentTotal.Add(actual.Sub(reserved))
-	valid := gen == ls.gen
+	k.outstanding = k.outstanding.Sub(reserved)
+	k.outstanding = ration.Amount{Requests: max(0, k.outstanding.Requests), Tokens: max(0, k.outstanding.Tokens)}
+	k.spentTotal = k.spentTotal.Add(actual.Sub(reserved))
+	valid := gen == k.gen
 	// adjust returns what the lease cannot cover of an overrun: the debt.
 	adjust := func(avail *int64, r, a int64) (debt int64) {
 		switch {
@@ -335,81 +362,135 @@ func (ls *leaseState) settle(lim ration.Limits, reserved, actual ration.Amount, 
 		}
 		return 0
 	}
-	dr := adjust(&ls.avail.Requests, reserved.Requests, actual.Requests)
-	dt := adjust(&ls.avail.Tokens, reserved.Tokens, actual.Tokens)
+	dr := adjust(&k.avail.Requests, reserved.Requests, actual.Requests)
+	dt := adjust(&k.avail.Tokens, reserved.Tokens, actual.Tokens)
 	if dr != 0 || dt != 0 { // only then touch the cold part
-		ls.debt = ls.debt.Add(ration.Amount{Requests: dr, Tokens: dt})
+		k.debt = k.debt.Add(ration.Amount{Requests: dr, Tokens: dt})
 	}
 }
 
+// SettleAhead applies the actual usage of a reservation made at the
+// allocator ahead (wait mode), for a send time the local lease does not
+// cover: a refund goes back to the allocator on the next call, an overrun
+// is debt.
+func (k *Key) SettleAhead(reserved, actual ration.Amount) {
+	rc, ac := k.lim.Limited(reserved), k.lim.Limited(actual)
+	k.outstanding = k.outstanding.Sub(rc).Positive()
+	d := rc.Sub(ac)
+	k.ret = k.ret.Add(d.Positive())
+	k.debt = k.debt.Add(ration.Amount{}.Sub(d).Positive())
+}
+
+// SettleFallback applies the actual usage of a fallback admission: the
+// difference is debt, and it is refunded to or taken from this outage's
+// fallback buckets, as of their last refill (the next admission refills
+// them).
+func (k *Key) SettleFallback(reserved, actual ration.Amount) {
+	k.debt = k.debt.Add(k.lim.Limited(actual).Sub(k.lim.Limited(reserved))).Positive()
+	if k.fbOn {
+		refund := reserved.Sub(actual)
+		k.fb.Give(refund.Positive())
+		k.fb.Take(ration.Amount{}.Sub(refund).Positive())
+	}
+}
+
+// Refusal is a refused cost: the dimension that was short (or that the
+// cost can never fit), the wait after which it is covered, and the key's
+// remaining per dimension as the client is told it.
+type Refusal struct {
+	Dim      Dim
+	Wait     time.Duration
+	Oversize bool  // above the capacity of Dim: never admitted, no wait
+	Req, Tok int64 // remaining requests and tokens (0 for an unlimited dimension)
+	Closed   bool  // refused by the FailClosed policy
+}
+
+// Oversize reports whether c can never fit lim, and in which dimension.
+func Oversize(lim ration.Limits, c ration.Amount) (Dim, bool) {
+	capacity := lim.Capacity()
+	if lim.RPM > 0 && c.Requests > capacity.Requests {
+		return Requests, true
+	}
+	if lim.TPM > 0 && c.Tokens > capacity.Tokens {
+		return Tokens, true
+	}
+	return 0, false
+}
+
 // rejection is the refusal of c, short in dim (or above its capacity),
-// with wait: the key's status (see status), except that the refused
+// with wait: the key's remaining (see Remaining), except that the refused
 // dimension's remaining is below the cost. The estimate of the global
 // buckets can read more than this spender can admit now (other spenders'
 // leases, refill that goes to their shares, a bucket judged not worth a
 // call at saturation), and a refusal must not say "1 requested, 8
 // remaining" in its message or headers.
-func (ls *leaseState) rejection(lim ration.Limits, c ration.Amount, dim Dimension, wait time.Duration, now bucket.Instant) *RejectError {
-	req, tok := ls.remaining(lim, now)
-	if big, isBig := oversize(lim, c); isBig {
-		return &RejectError{Status: leasedStatus(lim, req, tok), Dimension: big, Oversize: true, Cost: c}
+func (k *Key) rejection(c ration.Amount, dim Dim, wait time.Duration, now bucket.Instant) *Refusal {
+	req, tok := k.Remaining(now)
+	if big, isBig := Oversize(k.lim, c); isBig {
+		return &Refusal{Dim: big, Oversize: true, Req: req, Tok: tok}
 	}
 	if dim == Requests {
 		req = min(req, max(0, c.Requests-1))
 	} else {
 		tok = min(tok, max(0, c.Tokens-1))
 	}
-	return &RejectError{RetryAfter: wait, Status: leasedStatus(lim, req, tok), Dimension: dim, Cost: c}
+	return &Refusal{Dim: dim, Wait: wait, Req: req, Tok: tok}
+}
+
+// Snapshot is a key's global buckets as an answer reported them: whole
+// units remaining, and the part of the refill rate shares took.
+type Snapshot struct {
+	Remaining ration.Amount
+	Shared    ration.Share
 }
 
 // setSnapshot records the global state an answer reported at now.
-func (ls *leaseState) setSnapshot(sn *leasev1.Snapshot, now bucket.Instant) {
+func (k *Key) setSnapshot(sn *Snapshot, now bucket.Instant) {
 	if sn == nil {
 		return
 	}
-	ls.snapRem = ration.Amount{Requests: sn.GetRequests().GetRemaining(), Tokens: sn.GetTokens().GetRemaining()}
-	ls.snapShared = ration.Share{Requests: min(sn.GetRequests().GetSharedPpm(), ration.ShareUnit), Tokens: min(sn.GetTokens().GetSharedPpm(), ration.ShareUnit)}
-	ls.snapAt, ls.hasSnap = now, true
+	k.snapRem, k.snapShared = sn.Remaining, sn.Shared
+	k.snapAt, k.hasSnap = now, true
 }
 
 // trimTo makes the lease agree with what the allocator says this spender
 // holds: the allocator's word is authoritative (after it lost state it
 // could not vouch for, it counts old holdings as zero), so an unspent
 // lease above it is dropped. Unsettled requests stay admitted.
-func (ls *leaseState) trimTo(lim ration.Limits, held ration.Amount) {
-	local := ls.avail.Add(ls.outstanding)
-	if lim.RPM > 0 && local.Requests > held.Requests {
-		ls.avail.Requests = max(0, ls.avail.Requests-(local.Requests-held.Requests))
+func (k *Key) trimTo(held ration.Amount) {
+	local := k.avail.Add(k.outstanding)
+	if k.lim.RPM > 0 && local.Requests > held.Requests {
+		k.avail.Requests = max(0, k.avail.Requests-(local.Requests-held.Requests))
 	}
-	if lim.TPM > 0 && local.Tokens > held.Tokens {
-		ls.avail.Tokens = max(0, ls.avail.Tokens-(local.Tokens-held.Tokens))
+	if k.lim.TPM > 0 && local.Tokens > held.Tokens {
+		k.avail.Tokens = max(0, k.avail.Tokens-(local.Tokens-held.Tokens))
 	}
 }
 
 // updateRate refreshes the spend-rate estimate at now (an exponentially
 // weighted average of the rate between calls).
-func (ls *leaseState) updateRate(now bucket.Instant) {
-	if !ls.rated {
-		ls.rated, ls.rateAt, ls.rateBase = true, now, ls.spentTotal
+func (k *Key) updateRate(now bucket.Instant) {
+	if !k.rated {
+		k.rated, k.rateAt, k.rateBase = true, now, k.spentTotal
 		return
 	}
-	dt := now.Sub(ls.rateAt).Seconds()
+	dt := now.Sub(k.rateAt).Seconds()
 	if dt < 0.05 {
 		return
 	}
 	// Net spend in the interval: refunds of requests admitted before it can
 	// make it negative, which means "spent nothing".
-	d := ls.spentTotal.Sub(ls.rateBase)
+	d := k.spentTotal.Sub(k.rateBase)
 	r, t := max(0, float64(d.Requests)/dt), max(0, float64(d.Tokens)/dt)
-	if ls.rateReq == 0 && ls.rateTok == 0 {
-		ls.rateReq, ls.rateTok = r, t
+	if k.rateReq == 0 && k.rateTok == 0 {
+		k.rateReq, k.rateTok = r, t
 	} else {
-		ls.rateReq, ls.rateTok = 0.5*ls.rateReq+0.5*r, 0.5*ls.rateTok+0.5*t
+		k.rateReq, k.rateTok = 0.5*k.rateReq+0.5*r, 0.5*k.rateTok+0.5*t
 	}
-	if ss := ls.ss; ss != nil {
+	if ss := k.ss; ss != nil {
 		ss.refused = ration.Amount{}
 	}
-	ls.rateAt, ls.rateBase = now, ls.spentTotal
+	k.rateAt, k.rateBase = now, k.spentTotal
 }
 
 // The demand estimate's time constant is the time its rate takes to send
@@ -472,21 +553,22 @@ func (ss *shareState) trackDemand(spent ration.Amount, now bucket.Instant) {
 // need is the least grant worth having for the blocked Reserves: the
 // largest one's shortfall against the lease as it is now (so the wait the
 // allocator names is the exact global one).
-func (ls *leaseState) need(lim ration.Limits) ration.Amount {
-	return lim.Limited(ration.Amount{Requests: max(0, ls.waitMax.Requests-ls.avail.Requests), Tokens: max(0, ls.waitMax.Tokens-ls.avail.Tokens)})
+func (k *Key) need() ration.Amount {
+	return k.lim.Limited(ration.Amount{Requests: max(0, k.waitMax.Requests-k.avail.Requests), Tokens: max(0, k.waitMax.Tokens-k.avail.Tokens)})
 }
 
 // want is what to ask for on top of the lease: spend rate × horizon plus
 // what the blocked Reserves wait for (a few requests' worth, at most an
 // eighth of the capacity, while the rate is unknown), at least the need.
-func (ls *leaseState) want(lim ration.Limits, horizon time.Duration) ration.Amount {
+func (k *Key) want(horizon time.Duration) ration.Amount {
+	lim := k.lim
 	h := horizon.Seconds()
-	target := ration.Amount{Requests: int64(ls.rateReq * h), Tokens: int64(ls.rateTok * h)}
-	if ls.rateReq == 0 && ls.rateTok == 0 {
+	target := ration.Amount{Requests: int64(k.rateReq * h), Tokens: int64(k.rateTok * h)}
+	if k.rateReq == 0 && k.rateTok == 0 {
 		// No history yet: a few requests' worth, at most an eighth of the
 		// capacity in tokens too, so that the first gateway to see a small
 		// key does not lease all of it while others see it empty.
-		target = ration.Amount{Requests: 4 * max(1, ls.lastCost.Requests), Tokens: min(4*ls.lastCost.Tokens, lim.Capacity().Tokens/8)}
+		target = ration.Amount{Requests: 4 * max(1, k.lastCost.Requests), Tokens: min(4*k.lastCost.Tokens, lim.Capacity().Tokens/8)}
 	}
 	// Never more than an eighth of the key's capacity in requests, so that
 	// one gateway (its rate measured over a few requests, or none) does not
@@ -497,30 +579,30 @@ func (ls *leaseState) want(lim ration.Limits, horizon time.Duration) ration.Amou
 	// hold the reservations in flight. What the waiting requests need comes
 	// on top.
 	target.Requests = min(target.Requests, lim.Capacity().Requests/8)
-	if ls.ss != nil {
+	if k.ss != nil {
 		// A key that takes a share asks for at least a request's worth:
 		// the allocator sizes the share's burst from it, and a burst below
 		// one request (a gateway that sees a request every few seconds)
 		// would be no share at all.
-		target = target.Max(ls.ss.cost)
+		target = target.Max(k.ss.cost)
 	}
-	target = target.Add(ls.waitSum)
-	need := ls.need(lim)
-	return lim.Limited(target.Sub(ls.avail).Positive().Max(need))
+	target = target.Add(k.waitSum)
+	need := k.need()
+	return lim.Limited(target.Sub(k.avail).Positive().Max(need))
 }
 
 // low reports whether the lease has fallen below its low watermark: what
 // the key spends in lead time, plus the last request's cost.
-func (ls *leaseState) low(lim ration.Limits, c ration.Amount) bool {
-	return (lim.RPM > 0 && ls.avail.Requests < ls.lowWater.Requests+c.Requests) ||
-		(lim.TPM > 0 && ls.avail.Tokens < ls.lowWater.Tokens+c.Tokens)
+func (k *Key) low(c ration.Amount) bool {
+	return (k.lim.RPM > 0 && k.avail.Requests < k.lowWater.Requests+c.Requests) ||
+		(k.lim.TPM > 0 && k.avail.Tokens < k.lowWater.Tokens+c.Tokens)
 }
 
 // setLowWater sizes the low watermark: what the key spends in lead time at
 // its estimated rate.
-func (ls *leaseState) setLowWater(lead time.Duration) {
+func (k *Key) setLowWater(lead time.Duration) {
 	s := lead.Seconds()
-	ls.lowWater = ration.Amount{Requests: int64(ls.rateReq * s), Tokens: int64(ls.rateTok * s)}
+	k.lowWater = ration.Amount{Requests: int64(k.rateReq * s), Tokens: int64(k.rateTok * s)}
 }
 
 // fallbackFrom is the instant a key's fallback buckets, made at now for an
@@ -533,12 +615,12 @@ func (ls *leaseState) setLowWater(lead time.Duration) {
 // at its share, as it would have with the allocator, rather than from an
 // empty bucket (3–5 false 429s a minute at half the limit through a
 // failover).
-func (ls *leaseState) fallbackFrom(now bucket.Instant) bucket.Instant {
-	if !ls.hasSnap {
+func (k *Key) fallbackFrom(now bucket.Instant) bucket.Instant {
+	if !k.hasSnap {
 		return now
 	}
-	from := ls.snapAt
-	if ss := ls.ss; ss != nil && ss.paused {
+	from := k.snapAt
+	if ss := k.ss; ss != nil && ss.paused {
 		from = max(from, ss.sent)
 	}
 	return min(from, now)
@@ -553,103 +635,72 @@ func (ls *leaseState) fallbackFrom(now bucket.Instant) bucket.Instant {
 // after each request, its Retry-After that much late). A key with a share
 // renews every half TTL anyway, and one with a lease calls when it runs
 // low or idle.
-func (ls *leaseState) overCounted() bool {
-	return (ls.ss == nil || ls.ss.share.Zero()) &&
-		(ls.avail.Requests == 0 && ls.counted.Requests > ls.outstanding.Requests ||
-			ls.avail.Tokens == 0 && ls.counted.Tokens > ls.outstanding.Tokens)
+func (k *Key) overCounted() bool {
+	return (k.ss == nil || k.ss.share.Zero()) &&
+		(k.avail.Requests == 0 && k.counted.Requests > k.outstanding.Requests ||
+			k.avail.Tokens == 0 && k.counted.Tokens > k.outstanding.Tokens)
 }
 
 // holds reports whether the key holds anything at now: a lease, admitted
 // requests not yet settled, a share, something to report, or a call under
 // way (the keys_held gauge).
-func (ls *leaseState) holds(now bucket.Instant) bool {
-	return ls.avail != ration.Amount{} || ls.outstanding != ration.Amount{} || ls.debt != ration.Amount{} || ls.ret != ration.Amount{} ||
-		ls.queued || ls.inCall || ls.ss != nil && !ls.ss.share.Zero() && now < ls.expiry
+func (k *Key) holds(now bucket.Instant) bool {
+	return k.avail != ration.Amount{} || k.outstanding != ration.Amount{} || k.debt != ration.Amount{} || k.ret != ration.Amount{} ||
+		k.queued || k.inCall || k.ss != nil && !k.ss.share.Zero() && now < k.expiry
 }
 
-// idle reports whether the state holds nothing and may be dropped.
-func (ls *leaseState) idle(now bucket.Instant) bool {
-	ls.valid(now)
-	return ls.avail == ration.Amount{} && ls.outstanding == ration.Amount{} && ls.debt == ration.Amount{} && ls.ret == ration.Amount{} &&
-		!ls.queued && !ls.inCall && ls.askAt <= now && now.Sub(ls.lastUse) > time.Minute
+// Droppable reports whether the key holds nothing at now and its state may
+// be dropped: no lease, nothing outstanding or to report, no call, no wait
+// the allocator named still running, a minute without traffic, and, in an
+// outage, its fallback buckets full again (kept until then, so that a
+// flapping outage does not restart the key with a burst).
+func (k *Key) Droppable(now bucket.Instant) bool {
+	k.valid(now)
+	return k.avail == ration.Amount{} && k.outstanding == ration.Amount{} && k.debt == ration.Amount{} && k.ret == ration.Amount{} &&
+		!k.queued && !k.inCall && k.askAt <= now && now.Sub(k.lastUse) > time.Minute &&
+		(!k.fbOn || k.fb.FullAt() <= now)
 }
 
-// status estimates the key's global budget for headers: the global bucket
-// as of the last answer, refilled since at the key's rate, plus what this
-// lease still holds (which the global bucket already counts as taken);
-// and the time the bucket needs to be full again from there. With one
-// spender this is exact; with several, other spenders' unspent leases and
-// spending since the last answer are not seen.
-func (ls *leaseState) status(lim ration.Limits, now bucket.Instant) Status {
-	req, tok := ls.remaining(lim, now)
-	return leasedStatus(lim, req, tok)
-}
-
-// remaining is the Remaining part of status, per dimension (0 for an
-// unlimited one). A reservation keeps only these and computes the rest of
-// its Status when asked.
-func (ls *leaseState) remaining(lim ration.Limits, now bucket.Instant) (req, tok int64) {
-	age := float64(max(0, int64(now-ls.snapAt)))
+// Remaining is what the key's headers say remains per dimension (0 for an
+// unlimited one): the global bucket as of the last answer, refilled since
+// at the key's rate (capped at capacity), plus what this lease still holds
+// (which the global bucket already counts as taken). With one spender
+// this is exact; with several, other spenders' unspent leases and spending
+// since the last answer are not seen.
+func (k *Key) Remaining(now bucket.Instant) (req, tok int64) {
+	lim := k.lim
+	age := float64(max(0, int64(now-k.snapAt)))
 	// Floating point suffices here: these numbers are what a client is
 	// told, never what is admitted.
 	windowUs := float64(lim.Period() / time.Microsecond)
 	dim := func(rate, limit, snapRem, avail int64) int64 {
 		perUs := float64(rate) / windowUs
 		remaining := max(0, avail)
-		if ls.hasSnap {
+		if k.hasSnap {
 			remaining += min(limit, max(0, snapRem)+int64(min(float64(limit), age*perUs)))
 		}
 		return min(limit, remaining)
 	}
 	capacity := lim.Capacity()
 	if lim.RPM > 0 {
-		req = dim(lim.RPM, capacity.Requests, ls.snapRem.Requests, ls.avail.Requests)
+		req = dim(lim.RPM, capacity.Requests, k.snapRem.Requests, k.avail.Requests)
 	}
 	if lim.TPM > 0 {
-		tok = dim(lim.TPM, capacity.Tokens, ls.snapRem.Tokens, ls.avail.Tokens)
+		tok = dim(lim.TPM, capacity.Tokens, k.snapRem.Tokens, k.avail.Tokens)
 	}
 	return req, tok
 }
 
-// leasedStatus is the Status of a key with limits lim and req requests and
-// tok tokens remaining: each limited dimension's capacity, what remains,
-// and how long its global bucket takes to refill from there.
-func leasedStatus(lim ration.Limits, req, tok int64) Status {
-	windowUs := float64(lim.Period() / time.Microsecond)
-	dim := func(rate, limit, remaining int64) (int64, int64, time.Duration) {
-		if remaining >= limit {
-			return limit, remaining, 0
-		}
-		return limit, remaining, time.Duration(float64(limit-remaining)*windowUs/float64(rate)) * time.Microsecond
+// Holding is what the key holds (its lease and its unsettled admissions),
+// as stored and as a look at now would make it (its share's accrual to
+// now credited), without changing the key.
+func (k *Key) Holding(now bucket.Instant) (stored, looked ration.Amount) {
+	stored = k.avail.Add(k.outstanding)
+	c := *k
+	if k.ss != nil {
+		ss := *k.ss
+		c.ss = &ss
 	}
-	var s Status
-	capacity := lim.Capacity()
-	if lim.RPM > 0 {
-		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, capacity.Requests, req)
-	}
-	if lim.TPM > 0 {
-		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, capacity.Tokens, tok)
-	}
-	return s
-}
-
-// toAmount is c on the wire, clamped to the protocol's range: amounts
-// above it saturate rather than make the allocator refuse the whole call.
-func toAmount(c ration.Amount) *leasev1.Amount {
-	c = c.Clamp()
-	return &leasev1.Amount{Requests: c.Requests, Tokens: c.Tokens}
-}
-
-func fromAmount(a *leasev1.Amount) ration.Amount {
-	return ration.Amount{Requests: a.GetRequests(), Tokens: a.GetTokens()}
-}
-
-func fromLimits(l *leasev1.Limits) ration.Limits {
-	return ration.Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens(),
-		Window: time.Duration(l.GetWindowSeconds()) * time.Second}
-}
-
-func toLimits(l ration.Limits) *leasev1.Limits {
-	return &leasev1.Limits{Rpm: l.RPM, Tpm: l.TPM, BurstRequests: l.BurstRequests, BurstTokens: l.BurstTokens,
-		WindowSeconds: uint32(l.Window / time.Second)}
+	c.accrue(now)
+	return stored, c.avail.Add(c.outstanding)
 }
