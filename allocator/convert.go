@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/ledger"
+	"github.com/rationhq/ration/internal/leasewire"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -13,17 +15,8 @@ import (
 // handful of allocations, not hundreds.
 
 // callerOf is a call's caller, with the credential its context carries.
-func callerOf(ctx context.Context, c *leasev1.Caller) Caller {
-	return Caller{SpenderID: c.GetSpenderId(), Epoch: c.GetEpoch(), Sequence: c.GetSequence(), Credential: credentialOf(ctx)}
-}
-
-func amountOf(a *leasev1.Amount) ration.Amount {
-	return ration.Amount{Requests: a.GetRequests(), Tokens: a.GetTokens()}
-}
-
-func limitsOf(l *leasev1.Limits) ration.Limits {
-	return ration.Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens(),
-		Window: time.Duration(l.GetWindowSeconds()) * time.Second}
+func callerOf(ctx context.Context, c *leasev1.Caller) ledger.Caller {
+	return ledger.Caller{SpenderID: c.GetSpenderId(), Epoch: c.GetEpoch(), Sequence: c.GetSequence(), Credential: credentialOf(ctx)}
 }
 
 // us converts d to whole microseconds, rounded up; a negative d is 0. It
@@ -40,21 +33,21 @@ func us(d time.Duration) int64 {
 	return int64(q)
 }
 
-func acquireKeysOf(req *leasev1.AcquireRequest) []AcquireKey {
+func acquireKeysOf(req *leasev1.AcquireRequest) []ledger.AcquireKey {
 	in := req.GetKeys()
-	out := make([]AcquireKey, len(in))
+	out := make([]ledger.AcquireKey, len(in))
 	for i, k := range in {
-		out[i] = AcquireKey{Key: k.GetKey(), Limits: limitsOf(k.GetLimits()),
-			Want: amountOf(k.GetWant()), Need: amountOf(k.GetNeed()), SpendRate: amountOf(k.GetSpendRate()),
-			Returned: amountOf(k.GetReturned()), Held: amountOf(k.GetHeld()), Debt: amountOf(k.GetDebt()),
-			Demand: amountOf(k.GetDemand())}
+		out[i] = ledger.AcquireKey{Key: k.GetKey(), Limits: leasewire.LimitsOf(k.GetLimits()),
+			Want: leasewire.AmountOf(k.GetWant()), Need: leasewire.AmountOf(k.GetNeed()), SpendRate: leasewire.AmountOf(k.GetSpendRate()),
+			Returned: leasewire.AmountOf(k.GetReturned()), Held: leasewire.AmountOf(k.GetHeld()), Debt: leasewire.AmountOf(k.GetDebt()),
+			Demand: leasewire.AmountOf(k.GetDemand())}
 	}
 	return out
 }
 
-func reserveKeysOf(req *leasev1.ReserveAheadRequest) []ReserveKey {
+func reserveKeysOf(req *leasev1.ReserveAheadRequest) []ledger.ReserveKey {
 	in := req.GetKeys()
-	out := make([]ReserveKey, len(in))
+	out := make([]ledger.ReserveKey, len(in))
 	for i, k := range in {
 		w := k.GetMaxWaitUs()
 		maxWait := time.Duration(w) * time.Microsecond
@@ -64,16 +57,16 @@ func reserveKeysOf(req *leasev1.ReserveAheadRequest) []ReserveKey {
 				maxWait = ration.MaxWait + time.Microsecond
 			}
 		}
-		out[i] = ReserveKey{Key: k.GetKey(), Limits: limitsOf(k.GetLimits()), Cost: amountOf(k.GetCost()), MaxWait: maxWait}
+		out[i] = ledger.ReserveKey{Key: k.GetKey(), Limits: leasewire.LimitsOf(k.GetLimits()), Cost: leasewire.AmountOf(k.GetCost()), MaxWait: maxWait}
 	}
 	return out
 }
 
-func releaseKeysOf(req *leasev1.ReleaseRequest) []ReleaseKey {
+func releaseKeysOf(req *leasev1.ReleaseRequest) []ledger.ReleaseKey {
 	in := req.GetKeys()
-	out := make([]ReleaseKey, len(in))
+	out := make([]ledger.ReleaseKey, len(in))
 	for i, k := range in {
-		out[i] = ReleaseKey{Key: k.GetKey(), Limits: limitsOf(k.GetLimits()), Returned: amountOf(k.GetReturned()), Debt: amountOf(k.GetDebt())}
+		out[i] = ledger.ReleaseKey{Key: k.GetKey(), Limits: leasewire.LimitsOf(k.GetLimits()), Returned: leasewire.AmountOf(k.GetReturned()), Debt: leasewire.AmountOf(k.GetDebt())}
 	}
 	return out
 }
@@ -100,35 +93,35 @@ func (p *protoAlloc) amount(a ration.Amount) *leasev1.Amount {
 	return m
 }
 
-func (p *protoAlloc) dim(d DimSnapshot) *leasev1.DimSnapshot {
+func (p *protoAlloc) dim(d ledger.DimSnapshot) *leasev1.DimSnapshot {
 	m := &p.dims[0]
 	p.dims = p.dims[1:]
 	m.Limit, m.Remaining, m.ResetUs, m.SharedPpm = d.Limit, d.Remaining, us(d.Reset), d.Shared
 	return m
 }
 
-func (p *protoAlloc) snapshot(s Snapshot) *leasev1.Snapshot {
+func (p *protoAlloc) snapshot(s ledger.Snapshot) *leasev1.Snapshot {
 	m := &p.snaps[0]
 	p.snaps = p.snaps[1:]
 	m.Requests, m.Tokens = p.dim(s.Requests), p.dim(s.Tokens)
 	return m
 }
 
-func statusOf(s Status) leasev1.GrantStatus {
+func statusOf(s ledger.Status) leasev1.GrantStatus {
 	switch s {
-	case StatusOK:
+	case ledger.StatusOK:
 		return leasev1.GrantStatus_GRANT_STATUS_OK
-	case StatusNotCovered:
+	case ledger.StatusNotCovered:
 		return leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED
-	case StatusTooLarge:
+	case ledger.StatusTooLarge:
 		return leasev1.GrantStatus_GRANT_STATUS_TOO_LARGE
-	case StatusTooLate:
+	case ledger.StatusTooLate:
 		return leasev1.GrantStatus_GRANT_STATUS_TOO_LATE
 	}
 	return leasev1.GrantStatus_GRANT_STATUS_UNSPECIFIED
 }
 
-func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
+func acquireResponseOf(r *ledger.AcquireReply) *leasev1.AcquireResponse {
 	n := len(r.Keys)
 	p := newProtoAlloc(4*n, n) // granted, returned, held, share_burst
 	res := make([]leasev1.KeyGrant, n)
@@ -153,7 +146,7 @@ func acquireResponseOf(r *AcquireReply) *leasev1.AcquireResponse {
 	return &leasev1.AcquireResponse{Keys: ptrs, LeaseTtlUs: us(r.LeaseTTL)}
 }
 
-func reserveResponseOf(r *ReserveReply) *leasev1.ReserveAheadResponse {
+func reserveResponseOf(r *ledger.ReserveReply) *leasev1.ReserveAheadResponse {
 	n := len(r.Keys)
 	p := newProtoAlloc(n, n)
 	res := make([]leasev1.KeyReservation, n)
@@ -171,7 +164,7 @@ func reserveResponseOf(r *ReserveReply) *leasev1.ReserveAheadResponse {
 	return &leasev1.ReserveAheadResponse{Keys: ptrs, LeaseTtlUs: us(r.LeaseTTL)}
 }
 
-func releaseResponseOf(r *ReleaseReply) *leasev1.ReleaseResponse {
+func releaseResponseOf(r *ledger.ReleaseReply) *leasev1.ReleaseResponse {
 	p := newProtoAlloc(len(r.Returned), 0)
 	ptrs := make([]*leasev1.Amount, len(r.Returned))
 	for i, a := range r.Returned {
