@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -33,9 +34,10 @@ func us(d time.Duration) int64 {
 	return int64(q)
 }
 
-func acquireKeysOf(req *leasev1.AcquireRequest) []ledger.AcquireKey {
+// acquireKeysOf converts req's keys into buf, reallocated if too small.
+func acquireKeysOf(buf []ledger.AcquireKey, req *leasev1.AcquireRequest) []ledger.AcquireKey {
 	in := req.GetKeys()
-	out := make([]ledger.AcquireKey, len(in))
+	out := slices.Grow(buf[:0], len(in))[:len(in)]
 	for i, k := range in {
 		out[i] = ledger.AcquireKey{Key: k.GetKey(), Limits: leasewire.LimitsOf(k.GetLimits()),
 			Want: leasewire.AmountOf(k.GetWant()), Need: leasewire.AmountOf(k.GetNeed()), SpendRate: leasewire.AmountOf(k.GetSpendRate()),
@@ -89,14 +91,14 @@ func newProtoAlloc(amounts, snaps int) *protoAlloc {
 func (p *protoAlloc) amount(a ration.Amount) *leasev1.Amount {
 	m := &p.amounts[0]
 	p.amounts = p.amounts[1:]
-	m.Requests, m.Tokens = a.Requests, a.Tokens
+	setAmount(m, a)
 	return m
 }
 
 func (p *protoAlloc) dim(d ledger.DimSnapshot) *leasev1.DimSnapshot {
 	m := &p.dims[0]
 	p.dims = p.dims[1:]
-	m.Limit, m.Remaining, m.ResetUs, m.SharedPpm = d.Limit, d.Remaining, us(d.Reset), d.Shared
+	setDim(m, d)
 	return m
 }
 
@@ -121,29 +123,87 @@ func statusOf(s ledger.Status) leasev1.GrantStatus {
 	return leasev1.GrantStatus_GRANT_STATUS_UNSPECIFIED
 }
 
-func acquireResponseOf(r *ledger.AcquireReply) *leasev1.AcquireResponse {
-	n := len(r.Keys)
-	p := newProtoAlloc(4*n, n) // granted, returned, held, share_burst
-	res := make([]leasev1.KeyGrant, n)
-	ptrs := make([]*leasev1.KeyGrant, n)
+// acquireBuf is one Acquire reply's proto messages: a block of messages
+// per key, so that a whole reply is three allocations, or none when the
+// buffer comes back from the Service's pool (see replyHolder).
+type acquireBuf struct {
+	resp   leasev1.AcquireResponse
+	ptrs   []*leasev1.KeyGrant
+	blocks []grantMsgs
+}
+
+// grantMsgs is one key's reply messages.
+type grantMsgs struct {
+	grant            leasev1.KeyGrant
+	amounts          [4]leasev1.Amount // granted, returned, held, share_burst
+	snap             leasev1.Snapshot
+	dims             [2]leasev1.DimSnapshot
+	share, shareFair leasev1.Share
+}
+
+func newAcquireBuf(n int) *acquireBuf {
+	return &acquireBuf{ptrs: make([]*leasev1.KeyGrant, n), blocks: make([]grantMsgs, n)}
+}
+
+// resize makes b hold n keys' messages.
+func (b *acquireBuf) resize(n int) {
+	if cap(b.blocks) < n {
+		*b = *newAcquireBuf(n)
+	}
+	b.ptrs, b.blocks = b.ptrs[:n], b.blocks[:n]
+}
+
+// setPtr stores v in *p unless it is there already: a buffer from the pool
+// keeps its links, and a pointer stored into the heap while the GC marks
+// passes its write barrier (a 64-key reply links some 450).
+func setPtr[T any](p **T, v *T) {
+	if *p != v {
+		*p = v
+	}
+}
+
+// acquireResponseOf fills b with r as a proto reply and returns it. Every
+// field of every message is set: a pooled b holds an earlier reply.
+func acquireResponseOf(r *ledger.AcquireReply, b *acquireBuf) *leasev1.AcquireResponse {
+	b.resize(len(r.Keys))
 	for i := range r.Keys {
 		x := &r.Keys[i]
-		g := &res[i]
+		m := &b.blocks[i]
+		g := &m.grant
 		g.Status = statusOf(x.Status)
-		g.Granted, g.Returned, g.Held = p.amount(x.Granted), p.amount(x.Returned), p.amount(x.Held)
+		setAmount(&m.amounts[0], x.Granted)
+		setAmount(&m.amounts[1], x.Returned)
+		setAmount(&m.amounts[2], x.Held)
+		setPtr(&g.Granted, &m.amounts[0])
+		setPtr(&g.Returned, &m.amounts[1])
+		setPtr(&g.Held, &m.amounts[2])
 		g.RetryAfterUs = us(x.RetryAfter)
-		g.Snapshot = p.snapshot(x.Snapshot)
+		setDim(&m.dims[0], x.Snapshot.Requests)
+		setDim(&m.dims[1], x.Snapshot.Tokens)
+		setPtr(&m.snap.Requests, &m.dims[0])
+		setPtr(&m.snap.Tokens, &m.dims[1])
+		setPtr(&g.Snapshot, &m.snap)
 		g.ActiveSpenders = uint32(x.ActiveSpenders)
+		g.Share, g.ShareBurst, g.ShareFair = nil, nil, nil
 		if !x.Share.Zero() {
-			g.Share = &leasev1.Share{RequestsPpm: x.Share.Requests, TokensPpm: x.Share.Tokens}
-			g.ShareBurst = p.amount(x.ShareBurst)
+			m.share.RequestsPpm, m.share.TokensPpm = x.Share.Requests, x.Share.Tokens
+			setAmount(&m.amounts[3], x.ShareBurst)
+			g.Share, g.ShareBurst = &m.share, &m.amounts[3]
 		}
 		if x.ShareFair != x.Share {
-			g.ShareFair = &leasev1.Share{RequestsPpm: x.ShareFair.Requests, TokensPpm: x.ShareFair.Tokens}
+			m.shareFair.RequestsPpm, m.shareFair.TokensPpm = x.ShareFair.Requests, x.ShareFair.Tokens
+			g.ShareFair = &m.shareFair
 		}
-		ptrs[i] = g
+		setPtr(&b.ptrs[i], g)
 	}
-	return &leasev1.AcquireResponse{Keys: ptrs, LeaseTtlUs: us(r.LeaseTTL)}
+	b.resp.Keys, b.resp.LeaseTtlUs = b.ptrs, us(r.LeaseTTL)
+	return &b.resp
+}
+
+func setAmount(m *leasev1.Amount, a ration.Amount) { m.Requests, m.Tokens = a.Requests, a.Tokens }
+
+func setDim(m *leasev1.DimSnapshot, d ledger.DimSnapshot) {
+	m.Limit, m.Remaining, m.ResetUs, m.SharedPpm = d.Limit, d.Remaining, us(d.Reset), d.Shared
 }
 
 func reserveResponseOf(r *ledger.ReserveReply) *leasev1.ReserveAheadResponse {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect/v2"
@@ -30,6 +31,15 @@ type Service struct {
 	l   *Ledger
 	m   *Metrics
 	log *slog.Logger
+
+	// replies holds Acquire reply buffers (*pooledReply) that Mount's
+	// calls gave back (see replyHolder).
+	replies sync.Pool
+	// keys holds Acquire's converted request keys (*[]ledger.AcquireKey),
+	// given back by the calls that succeeded: the ledger keeps nothing of
+	// them once it has answered (a failed call's may still be in a
+	// cluster's queue, abandoned by its caller).
+	keys sync.Pool
 }
 
 var _ leasev1connect.LeaseServiceHandler = (*Service)(nil)
@@ -62,15 +72,51 @@ func NewService(l *Ledger, opts ...ServiceOption) *Service {
 // Acquire implements LeaseService.Acquire.
 func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	start := time.Now()
-	keys := acquireKeysOf(req)
+	kp, _ := s.keys.Get().(*[]ledger.AcquireKey)
+	if kp == nil {
+		kp = new([]ledger.AcquireKey)
+	}
+	keys := acquireKeysOf(*kp, req)
 	r, err := s.l.acquire(ctx, callerOf(ctx, req.GetCaller()), keys)
 	if err != nil {
 		return nil, s.fail("Acquire", start, err)
 	}
 	s.m.acquired(keys, r)
+	if cap(keys) <= maxPooledKeys {
+		clear(keys) // drop the request's strings
+		*kp = keys[:0]
+		s.keys.Put(kp)
+	}
 	s.m.call("Acquire", start, nil)
-	return acquireResponseOf(r), nil
+	return acquireResponseOf(r, s.replyBuf(ctx, len(r.Keys))), nil
 }
+
+// maxPooledKeys bounds the replies kept in the pool, in keys, so that a
+// rare large call does not pin its buffer.
+const maxPooledKeys = 256
+
+// replyBuf returns a buffer for an Acquire reply of n keys: from the pool
+// when the call came through Mount (which puts it back once the reply is
+// written), a new one otherwise (the caller keeps the reply).
+func (s *Service) replyBuf(ctx context.Context, n int) *acquireBuf {
+	hd := holderOf(ctx)
+	if hd == nil || n > maxPooledKeys {
+		return newAcquireBuf(n)
+	}
+	p, _ := s.replies.Get().(*pooledReply)
+	if p == nil {
+		p = &pooledReply{buf: newAcquireBuf(n), pool: &s.replies}
+	}
+	if !hd.leave(p) {
+		return newAcquireBuf(n) // p is dropped: the holder is closed or full
+	}
+	return p.buf
+}
+
+// AtQuota reports whether credential cred's last Acquire or ReserveAhead
+// was refused for its quota (Ledger.AtQuota): Mount then refuses its calls
+// before reading them.
+func (s *Service) AtQuota(cred string) bool { return s.l.AtQuota(cred) }
 
 // ReserveAhead implements LeaseService.ReserveAhead.
 func (s *Service) ReserveAhead(ctx context.Context, req *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {

@@ -64,10 +64,16 @@ type journal struct {
 	checkpointing atomic.Bool    // a checkpoint goroutine is running
 	wg            sync.WaitGroup // the checkpoint goroutine
 
-	chunksMu sync.Mutex // guards chunks and appended; add takes it under memory's mutex, commit alone
+	chunksMu sync.Mutex // guards chunks, spare and appended; add takes it under memory's mutex, commit alone
 	chunks   [][]byte   // journal chunks (record batches) appended and not yet taken by a commit
+	spare    [][]byte   // empty chunks a commit has written, for add to reuse (at most spareChunks)
 	appended uint64     // commands appended so far (with records)
 }
+
+// spareChunks bounds the written chunks a journal keeps for reuse: about
+// what a commit of 64-key calls under full load writes (some 2 MB), so
+// that a steady load allocates no chunks.
+const spareChunks = 64
 
 func newJournal(db *bolt.DB, m *memory, cfg config) *journal {
 	st := &journal{memory: m, db: db, obs: cfg.commitObserver, hook: cfg.hook, logger: cfg.logger}
@@ -109,12 +115,22 @@ func (st *journal) add(state *ledger.State, changed ledger.Changes) uint64 {
 		return st.appended
 	}
 	if n := len(st.chunks); n == 0 || len(st.chunks[n-1]) >= journalChunk {
-		st.chunks = append(st.chunks, make([]byte, 0, 2*journalChunk))
+		st.chunks = append(st.chunks, st.newChunk())
 	}
 	last := &st.chunks[len(st.chunks)-1]
 	*last = state.AppendRecords(*last, changed)
 	st.appended++
 	return st.appended
+}
+
+// newChunk returns an empty chunk, a spare one if any; chunksMu is held.
+func (st *journal) newChunk() []byte {
+	if n := len(st.spare); n > 0 {
+		c := st.spare[n-1]
+		st.spare = st.spare[:n-1]
+		return c
+	}
+	return make([]byte, 0, 2*journalChunk)
 }
 
 // commit writes everything appended so far as one journal entry, in one
@@ -141,12 +157,20 @@ func (st *journal) commit() (uint64, error) {
 	if st.obs != nil {
 		st.obs(time.Since(start), err)
 	}
+	st.chunksMu.Lock()
 	if err != nil {
-		st.chunksMu.Lock()
 		st.chunks = append(chunks, st.chunks...)
 		st.chunksMu.Unlock()
 		return 0, fmt.Errorf("%w: %w", ErrNotDurable, err)
 	}
+	// bbolt has written the chunks and refers to them no more once the
+	// transaction has ended.
+	for _, c := range chunks {
+		if len(st.spare) < spareChunks && cap(c) == 2*journalChunk {
+			st.spare = append(st.spare, c[:0])
+		}
+	}
+	st.chunksMu.Unlock()
 	if st.journalBytes.Load() > checkpointBytes && st.checkpointing.CompareAndSwap(false, true) {
 		st.wg.Go(func() {
 			defer st.checkpointing.Store(false)

@@ -77,6 +77,13 @@ func (g *gate) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1
 	return nil, errNotReady
 }
 
+// AtQuota is the service's (allocator.Mount refuses the calls of a
+// credential at its quota before reading them); none before it is open.
+func (g *gate) AtQuota(cred string) bool {
+	s := g.svc.Load()
+	return s != nil && s.AtQuota(cred)
+}
+
 // serve runs the allocator on ln until ctx is done.
 func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) error {
 	var interceptors []connect.ServerInterceptor
