@@ -234,6 +234,19 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// statusWith sends req with token as its bearer token and returns the
+// answer's HTTP status.
+func statusWith(t *testing.T, req *http.Request, token string) int {
+	t.Helper()
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // TestQuotaRefusedBeforeRead: through the binary's wiring, once a
 // credential's call was refused for its quota, its next Acquire is refused
 // before its message is read (a body that does not decode gets
@@ -252,13 +265,7 @@ func TestQuotaRefusedBeforeRead(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Header.Set("Content-Type", "application/proto")
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return statusWith(t, req, token)
 	}
 	if code := garbage(testToken); code != http.StatusTooManyRequests {
 		t.Errorf("a credential at its quota: HTTP %d, want 429 (resource exhausted, before the body is read)", code)
