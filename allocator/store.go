@@ -211,12 +211,21 @@ func (st *journal) checkpoint() error {
 	start := time.Now()
 	var n int
 	err := st.db.Update(func(tx *bolt.Tx) error {
-		latest := [2]map[string][]byte{{}, {}} // keys, sessions: the latest value of each (nil: deleted)
+		// The latest value of each record (nil: deleted), per kind (keys,
+		// sessions). A journal holds many versions of few records: a name
+		// is looked up without a string, and made one once.
+		latest := [2]map[string]*[]byte{{}, {}}
 		c := tx.Bucket(bucketJournal).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			n++
-			err := ledger.DecodeRecords(v, func(r ledger.Record) error {
-				latest[kindOf(r.Session)][r.Name] = r.Value
+			err := ledger.RangeRecords(v, func(session bool, name, value []byte) error {
+				m := latest[kindOf(session)]
+				if p, ok := m[string(name)]; ok {
+					*p = value
+				} else {
+					v := value // allocated for a new name only
+					m[string(name)] = &v
+				}
 				return nil
 			})
 			if err != nil {
@@ -229,7 +238,7 @@ func (st *journal) checkpoint() error {
 			b := tx.Bucket(name)
 			for _, rec := range slices.Sorted(maps.Keys(latest[kind])) { // name order: sequential B+tree updates
 				var err error
-				if v := latest[kind][rec]; v != nil {
+				if v := *latest[kind][rec]; v != nil {
 					err = b.Put([]byte(rec), bytes.Clone(v)) // v is tx memory, remapped on commit
 				} else {
 					err = b.Delete([]byte(rec))
