@@ -1,9 +1,12 @@
 package gateway_test
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -22,6 +25,8 @@ import (
 //
 //	engine      the echo engine directly
 //	bare-proxy  a bare httputil.ReverseProxy with a pooled transport
+//	bare-proxy-buffers  the same reusing its copy buffers as the
+//	            gateway's proxy does
 //	gateway     one gateway instance (auth, the limit stage on a
 //	            standalone Limiter, the engine's /v1/tokenize, the proxy),
 //	            its connections to the engine pooled
@@ -33,6 +38,9 @@ import (
 //	gateway-tiktoken-gpt-4o  the same, counted in-process by
 //	            tiktokencount (o200k_base), no tokenize call:
 //	            gateway-demo -tokenizer tiktoken
+//	gateway-tiktoken-gpt-4o-access-log  the same with the access log
+//	            on (gateway-demo's default), its text lines written to
+//	            a file
 //
 // and reports requests/s and the process's CPU time per request of each. The target is at least
 // 0.6x the bare proxy's requests/s with engine tokenization (docs/performance.md). Interleave with -count:
@@ -52,6 +60,12 @@ func BenchmarkUpstream(b *testing.B) {
 		Transport: tr,
 	})
 	b.Cleanup(bare.Close)
+	bareBuffers := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(up) },
+		Transport:  tr,
+		BufferPool: gateway.NewCopyBuffers(),
+	})
+	b.Cleanup(bareBuffers.Close)
 	gw := pooledGateway(b, engine, gateway.DefaultUpstreamConns)
 	old, err := gateway.New(testKeys(b), testkit.Limiter(b, ration.SystemClock{}), up,
 		gateway.WithTransport(http.DefaultTransport), gateway.WithCounter(spenderhttp.TokenizeCounter{BaseURL: engine}))
@@ -63,12 +77,22 @@ func BenchmarkUpstream(b *testing.B) {
 	gwTiktoken := pooledGatewayCounting(b, engine, gateway.DefaultUpstreamConns, func(*http.Client) spenderhttp.Counter {
 		return tiktokencount.New(nil)
 	})
+	logFile, err := os.Create(filepath.Join(b.TempDir(), "access.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { logFile.Close() })
+	gwLogged := pooledGatewayCounting(b, engine, gateway.DefaultUpstreamConns, func(*http.Client) spenderhttp.Counter {
+		return tiktokencount.New(nil)
+	}, gateway.WithAccessLog(true), gateway.WithLogger(slog.New(slog.NewTextHandler(logFile, nil))))
 	gpt4o := strings.Replace(chatBody, `"model":"echo"`, `"model":"gpt-4o"`, 1)
 
 	for _, target := range []struct{ name, url, body string }{
-		{"engine", engine, chatBody}, {"bare-proxy", bare.URL, chatBody}, {"gateway", gw, chatBody},
+		{"engine", engine, chatBody}, {"bare-proxy", bare.URL, chatBody}, {"bare-proxy-buffers", bareBuffers.URL, chatBody},
+		{"gateway", gw, chatBody},
 		{"gateway-default-transport", oldSrv.URL, chatBody},
 		{"gateway-engine-gpt-4o", gw, gpt4o}, {"gateway-tiktoken-gpt-4o", gwTiktoken, gpt4o},
+		{"gateway-tiktoken-gpt-4o-access-log", gwLogged, gpt4o},
 	} {
 		b.Run(target.name, func(b *testing.B) {
 			client := &http.Client{Transport: gateway.NewUpstreamTransport(clients)}
