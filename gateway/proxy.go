@@ -45,7 +45,8 @@ func ParseUpstream(raw string) (*url.URL, error) {
 // token. Accept-Encoding is set to identity so the limit stage can read
 // usage from the answer. An unreachable upstream is answered 502 in the
 // OpenAI error shape; a client that left gets 499 and no body. The
-// buffers that copy answers to clients are reused (copyBuffers).
+// buffers that copy answers to clients are reused (copyBuffers), and a
+// body the limit stage buffered is sent from memory.
 func newProxy(upstream *url.URL, transport http.RoundTripper, upstreamKey string, logger *slog.Logger, onError func()) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -57,6 +58,16 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, upstreamKey string
 			}
 			pr.Out.Header.Set("Accept-Encoding", "identity")
 			pr.SetXForwarded()
+			if pr.Out.Body != nil && pr.In.GetBody != nil {
+				// The limit stage holds the body in memory (replayable
+				// through GetBody). ReverseProxy wraps the body it is given
+				// in a type net/http does not know, which makes the
+				// transport send the headers and the body in two writes;
+				// the body from GetBody goes out with the headers in one.
+				if b, err := pr.In.GetBody(); err == nil {
+					pr.Out.Body = b
+				}
+			}
 		},
 		Transport:     transport,
 		FlushInterval: 0, // see above: streams still flush on every write
