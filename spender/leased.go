@@ -239,6 +239,28 @@ func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.
 	return nil
 }
 
+// leasedStatus is the Status of a key with limits lim and req requests and
+// tok tokens remaining: each limited dimension's capacity, what remains,
+// and how long its global bucket takes to refill from there.
+func leasedStatus(lim ration.Limits, req, tok int64) Status {
+	windowUs := float64(lim.Period() / time.Microsecond)
+	dim := func(rate, limit, remaining int64) (int64, int64, time.Duration) {
+		if remaining >= limit {
+			return limit, remaining, 0
+		}
+		return limit, remaining, time.Duration(float64(limit-remaining)*windowUs/float64(rate)) * time.Microsecond
+	}
+	var s Status
+	capacity := lim.Capacity()
+	if lim.RPM > 0 {
+		s.LimitRequests, s.RemainingRequests, s.ResetRequests = dim(lim.RPM, capacity.Requests, req)
+	}
+	if lim.TPM > 0 {
+		s.LimitTokens, s.RemainingTokens, s.ResetTokens = dim(lim.TPM, capacity.Tokens, tok)
+	}
+	return s
+}
+
 // leasedReservation is a leased Limiter's Reservation.
 type leasedReservation struct {
 	st   *keyState

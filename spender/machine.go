@@ -17,6 +17,7 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 	"github.com/rationhq/ration/internal/leasedrive"
+	"github.com/rationhq/ration/internal/leasewire"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender/internal/lease"
 )
@@ -289,7 +290,7 @@ func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall 
 func buildAhead(jobs []*aheadJob) *leaseCall {
 	req := &leasev1.ReserveAheadRequest{Keys: make([]*leasev1.KeyReserve, len(jobs))}
 	for i, j := range jobs {
-		req.Keys[i] = &leasev1.KeyReserve{Key: j.st.key, Limits: toLimits(j.lim), Cost: toAmount(j.lim.Limited(j.cost)),
+		req.Keys[i] = &leasev1.KeyReserve{Key: j.st.key, Limits: leasewire.NewLimits(j.lim), Cost: leasewire.NewAmount(j.lim.Limited(j.cost)),
 			MaxWaitUs: int64(j.maxWait / time.Microsecond)}
 	}
 	return &leaseCall{ahead: req, jobs: jobs}
@@ -590,7 +591,7 @@ func (lz *leaser) finishAcquire(c *leaseCall, resp *leasev1.AcquireResponse, rec
 	env := lz.env()
 	for i, st := range c.keys {
 		req, g := c.acquire.GetKeys()[i], fromKeyGrant(resp.GetKeys()[i])
-		en := lease.Entry{Limits: fromLimits(req.GetLimits()), Need: fromAmount(req.GetNeed()), Demand: fromAmount(req.GetDemand())}
+		en := lease.Entry{Limits: leasewire.LimitsOf(req.GetLimits()), Need: leasewire.AmountOf(req.GetNeed()), Demand: leasewire.AmountOf(req.GetDemand())}
 		sh := st.sh
 		sh.mu.Lock()
 		st.lk.SetInCall(false)
@@ -789,8 +790,8 @@ func (lz *leaser) release(now bucket.Instant) *leasev1.ReleaseRequest {
 			en, accrued, ok := st.lk.Release(now)
 			lz.accrued(accrued)
 			if ok {
-				req.Keys = append(req.Keys, &leasev1.KeyRelease{Key: en.Key, Limits: toLimits(en.Limits),
-					Returned: toAmount(en.Returned), Debt: toAmount(en.Debt)})
+				req.Keys = append(req.Keys, &leasev1.KeyRelease{Key: en.Key, Limits: leasewire.NewLimits(en.Limits),
+					Returned: leasewire.NewAmount(en.Returned), Debt: leasewire.NewAmount(en.Debt)})
 			}
 		}
 		sh.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/rationhq/ration/bucket"
 	"github.com/rationhq/ration/internal/fakeclock"
 	"github.com/rationhq/ration/internal/leasedrive"
+	"github.com/rationhq/ration/internal/leasewire"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -87,26 +88,26 @@ func propShareBound(t *testing.T, seed uint64, steps int) {
 		}
 		resp := &leasev1.AcquireResponse{LeaseTtlUs: int64(ttl / time.Microsecond)}
 		for _, k := range req.GetKeys() {
-			lim := fromLimits(k.GetLimits())
+			lim := leasewire.LimitsOf(k.GetLimits())
 			var g ration.Amount
 			if rng.IntN(2) == 0 {
 				g = lim.Limited(ration.Amount{Requests: rng.Int64N(20), Tokens: rng.Int64N(2000)})
 			}
-			held := fromAmount(k.GetHeld()).Add(g)
-			kg := &leasev1.KeyGrant{Status: leasev1.GrantStatus_GRANT_STATUS_OK, Granted: toAmount(g), Held: toAmount(held), ActiveSpenders: 1,
+			held := leasewire.AmountOf(k.GetHeld()).Add(g)
+			kg := &leasev1.KeyGrant{Status: leasev1.GrantStatus_GRANT_STATUS_OK, Granted: leasewire.NewAmount(g), Held: leasewire.NewAmount(held), ActiveSpenders: 1,
 				Snapshot: &leasev1.Snapshot{Requests: &leasev1.DimSnapshot{Remaining: rng.Int64N(3) * rng.Int64N(10)},
 					Tokens: &leasev1.DimSnapshot{Remaining: rng.Int64N(3) * rng.Int64N(1000)}}}
 			if rng.IntN(6) == 0 {
-				kg.Status, kg.Granted, kg.Held = leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED, toAmount(ration.Amount{}), toAmount(fromAmount(k.GetHeld()))
+				kg.Status, kg.Granted, kg.Held = leasev1.GrantStatus_GRANT_STATUS_NOT_COVERED, leasewire.NewAmount(ration.Amount{}), leasewire.NewAmount(leasewire.AmountOf(k.GetHeld()))
 				kg.RetryAfterUs = rng.Int64N(500_000)
-				held = fromAmount(k.GetHeld())
+				held = leasewire.AmountOf(k.GetHeld())
 			}
 			rep := &propReply{held: held, lim: lim, recv: recv, expiry: sent.Add(ttl)}
 			if rng.IntN(4) != 0 {
 				rep.share = ration.Share{Requests: uint32(rng.IntN(ration.ShareUnit + 1)), Tokens: uint32(rng.IntN(ration.ShareUnit + 1))}
 				rep.burst = ration.Amount{Requests: rng.Int64N(60), Tokens: rng.Int64N(6000)}
 				kg.Share = &leasev1.Share{RequestsPpm: rep.share.Requests, TokensPpm: rep.share.Tokens}
-				kg.ShareBurst = toAmount(rep.burst)
+				kg.ShareBurst = leasewire.NewAmount(rep.burst)
 			}
 			last[k.GetKey()] = rep
 			resp.Keys = append(resp.Keys, kg)
