@@ -19,7 +19,6 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
-	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
@@ -28,7 +27,7 @@ import (
 // moves itself (as the simulator does): its calls reach the allocator at
 // once, or fail while the gateway is cut off.
 type rigGateway struct {
-	m     leasedrive.Machine
+	m     *spender.Machine
 	svc   *allocator.Service
 	reg   *prometheus.Registry
 	l     *spender.Limiter
@@ -36,7 +35,7 @@ type rigGateway struct {
 	calls int  // Acquire calls that reached the allocator
 }
 
-func (g *rigGateway) Drive(m leasedrive.Machine) { g.m = m }
+func (g *rigGateway) Drive(m *spender.Machine) { g.m = m }
 
 func (g *rigGateway) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	return g.svc.Acquire(ctx, r)
@@ -90,21 +89,19 @@ func (f *fleetRig) pump() {
 		n := 0
 		for c := g.m.NextCall(); c != nil; c = g.m.NextCall() {
 			if n++; n > 100 {
-				f.t.Fatalf("at %v a gateway made 100 calls at once; the last: %v", f.clk.Now().Sub(fakeclock.Epoch()), c.Request())
+				f.t.Fatalf("at %v a gateway made 100 calls at once; the last: %v", f.clk.Now().Sub(fakeclock.Epoch()), c.Method())
 			}
 			if g.cut {
 				g.m.Deliver(c, nil, connect.NewError(connect.CodeUnavailable, "cut off"))
 				break // resent after its backoff
 			}
-			var resp any
-			var err error
-			switch r := c.Request().(type) {
-			case *leasev1.AcquireRequest:
-				g.calls++
-				resp, err = g.svc.Acquire(context.Background(), r)
-			case *leasev1.ReserveAheadRequest:
-				resp, err = g.svc.ReserveAhead(context.Background(), r)
+			if r := c.Ahead(); r != nil {
+				resp, err := g.svc.ReserveAhead(context.Background(), r)
+				g.m.DeliverAhead(c, resp, err)
+				continue
 			}
+			g.calls++
+			resp, err := g.svc.Acquire(context.Background(), c.Acquire())
 			g.m.Deliver(c, resp, err)
 		}
 	}
@@ -126,14 +123,14 @@ func (f *fleetRig) advance(d, step time.Duration) {
 func (f *fleetRig) reserve(i int, key string, lim ration.Limits, c ration.Amount) (spender.Reservation, error) {
 	f.t.Helper()
 	g := f.gws[i]
-	var w leasedrive.Wait
+	var w *spender.Wait
 	for range 1000 {
 		r, _, next, err := g.m.Reserve(key, lim, c, 0, false, w)
 		if next == nil {
 			if r == nil {
 				return nil, err
 			}
-			return r.(spender.Reservation), err
+			return r, err
 		}
 		if w != nil && next == w {
 			// Nothing changed since the last look: let the deadline pass.

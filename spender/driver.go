@@ -10,8 +10,7 @@ import (
 	"connectrpc.com/connect/v2"
 
 	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/bucket"
-	"github.com/rationhq/ration/internal/leasedrive"
+	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
 // driver moves a leased Limiter's lease state machine: one goroutine sends
@@ -35,9 +34,9 @@ type driver struct {
 func startDriver(l *Limiter, src LeaseSource) *driver {
 	d := &driver{l: l, lz: l.lz, src: src, clock: l.clock,
 		poke: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	if ds, ok := src.(leasedrive.Source); ok {
+	if ds, ok := src.(DrivingSource); ok {
 		close(d.done)
-		ds.Drive(handle{d})
+		ds.Drive(&Machine{d})
 		return d
 	}
 	d.lz.notify = d.wake
@@ -73,25 +72,30 @@ func (d *driver) run() {
 }
 
 // send makes one attempt of c and hands the machine its outcome.
-func (d *driver) send(c *leaseCall) {
+func (d *driver) send(c *LeaseCall) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	t := d.clock.AfterFunc(d.lz.attemptTimeout(), func() { cancel(leasedrive.ErrTimedOut) })
+	t := d.clock.AfterFunc(d.lz.attemptTimeout(), func() { cancel(ErrAttemptTimedOut) })
 	start := d.l.now()
-	var resp any
+	var ahead *leasev1.ReserveAheadResponse
+	var acquire *leasev1.AcquireResponse
 	var err error
 	if c.ahead != nil {
-		resp, err = d.src.ReserveAhead(ctx, c.ahead)
+		ahead, err = d.src.ReserveAhead(ctx, c.ahead)
 	} else {
-		resp, err = d.src.Acquire(ctx, c.acquire)
+		acquire, err = d.src.Acquire(ctx, c.acquire)
 	}
 	t.Stop()
-	if err != nil && errors.Is(context.Cause(ctx), leasedrive.ErrTimedOut) {
-		err = fmt.Errorf("%w after %v: %w", leasedrive.ErrTimedOut, d.l.now().Sub(start), err)
+	if err != nil && errors.Is(context.Cause(ctx), ErrAttemptTimedOut) {
+		err = fmt.Errorf("%w after %v: %w", ErrAttemptTimedOut, d.l.now().Sub(start), err)
 	}
 	cancel(nil)
 	now := d.l.now()
 	d.lz.cfg.metrics.call(c.method(), err, now.Sub(start))
-	d.lz.deliver(now, c, resp, err)
+	if c.ahead != nil {
+		d.lz.deliverAhead(now, c, ahead, err)
+	} else {
+		d.lz.deliverAcquire(now, c, acquire, err)
+	}
 }
 
 // reserve is Reserve and ReserveAt on a leased Limiter: the machine
@@ -207,90 +211,3 @@ func (d *driver) close(ctx context.Context) error {
 		backoff = min(2*backoff, time.Second)
 	}
 }
-
-// handle is the machine as a leasedrive.Machine, for a LeaseSource that
-// drives it itself. It reads the Limiter's Clock for the time.
-type handle struct{ d *driver }
-
-func (h handle) now() bucket.Instant { return h.d.l.now() }
-
-func (h handle) Reserve(key string, lim ration.Limits, c ration.Amount, maxWait time.Duration, ahead bool, w leasedrive.Wait) (any, time.Time, leasedrive.Wait, error) {
-	var prev *waiter
-	if w != nil {
-		prev = w.(waitHandle).w
-	}
-	r, at, next, err := h.d.l.reserveLeased(h.now(), key, lim, c, maxWait, ahead, prev)
-	if next != nil {
-		return nil, time.Time{}, waitHandle{next, h.d.l.timeOf(next.deadline)}, nil
-	}
-	return r, at, nil, err
-}
-
-// ReserveAll is reserveAllLeased for the simulator: the same rules as
-// ReserveAll on a leased Limiter (checkCharges, then reserveAllLeased),
-// without waiting.
-func (h handle) ReserveAll(charges []leasedrive.Charge, w leasedrive.Wait) (any, leasedrive.Wait, error) {
-	var buf [ration.MaxBudgets]Charge
-	cs := buf[:0]
-	if len(charges) > len(buf) {
-		cs = make([]Charge, 0, len(charges)) // refused by checkCharges
-	}
-	for _, c := range charges {
-		cs = append(cs, Charge(c))
-	}
-	if err := checkCharges(cs); err != nil {
-		return nil, nil, err
-	}
-	var prev *waiter
-	if w != nil {
-		prev = w.(waitHandle).w
-	}
-	rs, next, err := h.d.l.reserveAllLeased(h.now(), cs, prev)
-	if next != nil {
-		return nil, waitHandle{next, h.d.l.timeOf(next.deadline)}, nil
-	}
-	if err != nil {
-		return nil, nil, err
-	}
-	return rs, nil, nil
-}
-
-func (h handle) NextCall() leasedrive.Call {
-	if c := h.d.lz.nextCall(h.now()); c != nil {
-		return c
-	}
-	return nil
-}
-
-func (h handle) Deliver(c leasedrive.Call, resp any, err error) {
-	h.d.lz.deliver(h.now(), c.(*leaseCall), resp, err)
-}
-
-func (h handle) Tick() { h.d.lz.tick(h.now()) }
-
-func (h handle) AttemptTimeout() time.Duration { return h.d.lz.attemptTimeout() }
-
-func (h handle) NextWake() time.Time {
-	return h.d.l.timeOf(h.d.lz.nextWake(h.now()))
-}
-
-// waitHandle is a waiter as a leasedrive.Wait.
-type waitHandle struct {
-	w  *waiter
-	at time.Time
-}
-
-func (w waitHandle) Deadline() time.Time { return w.at }
-
-// Request is the call's body: an *AcquireRequest or a *ReserveAheadRequest.
-func (c *leaseCall) Request() any {
-	if c.ahead != nil {
-		return c.ahead
-	}
-	return c.acquire
-}
-
-// Method is the call's RPC name.
-func (c *leaseCall) Method() string { return c.method() }
-
-var _ leasedrive.Call = (*leaseCall)(nil)

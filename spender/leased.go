@@ -103,7 +103,7 @@ const (
 func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant, w *waiter) (verdict, *RejectError, error) {
 	env := lz.env()
 	covered, ref, accrued, err := env.Judge(st.lk, c, now)
-	lz.cfg.metrics.shareAccrued(accrued)
+	lz.accrued(accrued)
 	switch {
 	case err != nil:
 		return 0, nil, err
@@ -215,6 +215,7 @@ func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Insta
 		return nil, rej
 	}
 	st.lk.FallbackAdmit(c, now, lease.Policy(lz.cfg.policy))
+	lz.fallbackAdmits.Add(1)
 	m.admit(pathFallback)
 	lz.logFallback(st.key, now)
 	return newLeasedReservation(st, c, now, pathFallback, 0), nil

@@ -16,7 +16,6 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
-	"github.com/rationhq/ration/internal/leasedrive"
 	"github.com/rationhq/ration/internal/leasewire"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender/internal/lease"
@@ -50,7 +49,7 @@ type leaser struct {
 	queuedAt bucket.Instant
 	urgent   bool // a Reserve waits on a queued key: skip the batching window
 	aheads   []*aheadJob
-	call     *leaseCall     // the call being sent; nil when none
+	call     *LeaseCall     // the call being sent; nil when none
 	nextTick bucket.Instant // when maintenance runs next
 	flushes  []chan struct{}
 	closing  bool
@@ -67,6 +66,11 @@ type leaser struct {
 	fbLogged  int            // guarded by mu: fallback admissions since the last log line
 	maxActive atomic.Uint32
 	ttl       atomic.Int64 // the lease TTL the allocator last answered with (a Duration); 0 before
+
+	// What the machine has done (Machine.Counts), as its Metrics count it.
+	keysHeld               atomic.Int64
+	fallbackAdmits         atomic.Int64
+	accruedReq, accruedTok atomic.Int64
 }
 
 // aheadJob is a ReserveAt waiting for the allocator's reserve-ahead.
@@ -82,9 +86,9 @@ type aheadJob struct {
 	abandoned bool  // the waiter gave up; a late reservation is given back
 }
 
-// leaseCall is one allocator call: an Acquire for keys, or a ReserveAhead
+// LeaseCall is one allocator call: an Acquire for keys, or a ReserveAhead
 // for jobs.
-type leaseCall struct {
+type LeaseCall struct {
 	acquire *leasev1.AcquireRequest
 	keys    []*keyState
 	waits   []chan struct{} // per key: closed when the call ends
@@ -103,10 +107,10 @@ type leaseCall struct {
 }
 
 // size is the number of keys in c.
-func (c *leaseCall) size() int { return len(c.keys) + len(c.jobs) }
+func (c *LeaseCall) size() int { return len(c.keys) + len(c.jobs) }
 
 // Method names the call's RPC.
-func (c *leaseCall) method() string {
+func (c *LeaseCall) method() string {
 	if c.ahead != nil {
 		return "ReserveAhead"
 	}
@@ -193,6 +197,8 @@ func (lz *leaser) leaseTTL() time.Duration { return time.Duration(lz.ttl.Load())
 // accrued counts a share's accrual credited to a lease.
 func (lz *leaser) accrued(a ration.Amount) {
 	if a != (ration.Amount{}) {
+		lz.accruedReq.Add(a.Requests)
+		lz.accruedTok.Add(a.Tokens)
 		lz.cfg.metrics.shareAccrued(a)
 	}
 }
@@ -201,7 +207,7 @@ func (lz *leaser) accrued(a ration.Amount) {
 // outstanding until deliver ends it: after a failure, nextCall returns it
 // again (same body and sequence, or a new epoch) once its backoff has
 // passed.
-func (lz *leaser) nextCall(now bucket.Instant) *leaseCall {
+func (lz *leaser) nextCall(now bucket.Instant) *LeaseCall {
 	lz.mu.Lock()
 	if lz.dup != nil {
 		lz.mu.Unlock()
@@ -242,7 +248,7 @@ func (lz *leaser) nextCall(now bucket.Instant) *leaseCall {
 	}
 	lz.mu.Unlock()
 
-	var c *leaseCall
+	var c *LeaseCall
 	if keys != nil {
 		c = lz.buildAcquire(keys, now) // takes shard locks: not under lz.mu
 	} else {
@@ -258,7 +264,7 @@ func (lz *leaser) nextCall(now bucket.Instant) *leaseCall {
 }
 
 // setCallerLocked stamps c with the current (id, epoch, sequence).
-func (lz *leaser) setCallerLocked(c *leaseCall) {
+func (lz *leaser) setCallerLocked(c *LeaseCall) {
 	caller := &leasev1.Caller{SpenderId: lz.id, Epoch: lz.epoch, Sequence: lz.seq}
 	if c.ahead != nil {
 		c.ahead.Caller = caller
@@ -270,8 +276,8 @@ func (lz *leaser) setCallerLocked(c *leaseCall) {
 // buildAcquire takes keys' reports and needs into one call body. What goes
 // into the body (returns, debts) leaves the keys: it is delivered exactly
 // once, with the answer.
-func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall {
-	c := &leaseCall{acquire: &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))},
+func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *LeaseCall {
+	c := &LeaseCall{acquire: &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))},
 		keys: keys, waits: make([]chan struct{}, len(keys))}
 	env := lz.env()
 	for i, st := range keys {
@@ -287,29 +293,51 @@ func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *leaseCall 
 	return c
 }
 
-func buildAhead(jobs []*aheadJob) *leaseCall {
+func buildAhead(jobs []*aheadJob) *LeaseCall {
 	req := &leasev1.ReserveAheadRequest{Keys: make([]*leasev1.KeyReserve, len(jobs))}
 	for i, j := range jobs {
 		req.Keys[i] = &leasev1.KeyReserve{Key: j.st.key, Limits: leasewire.NewLimits(j.lim), Cost: leasewire.NewAmount(j.lim.Limited(j.cost)),
 			MaxWaitUs: int64(j.maxWait / time.Microsecond)}
 	}
-	return &leaseCall{ahead: req, jobs: jobs}
+	return &LeaseCall{ahead: req, jobs: jobs}
 }
 
-// deliver applies the allocator's answer to c at now, or with a non-nil
-// err, the failure of its attempt: c is then sent again after a backoff
+// deliverAcquire applies the allocator's answer to the Acquire c at now,
+// or with a non-nil err, the failure of its attempt (see deliver).
+func (lz *leaser) deliverAcquire(now bucket.Instant, c *LeaseCall, resp *leasev1.AcquireResponse, err error) {
+	if err == nil && (c.acquire == nil || len(resp.GetKeys()) != len(c.acquire.GetKeys())) {
+		err = fmt.Errorf("spender: the allocator answered %d keys for %d", len(resp.GetKeys()), c.size())
+	}
+	if lz.deliver(now, c, err) {
+		lz.finishAcquire(c, resp, now)
+		lz.checkFlushes()
+	}
+}
+
+// deliverAhead applies the allocator's answer to the ReserveAhead c at
+// now, or with a non-nil err, the failure of its attempt (see deliver).
+func (lz *leaser) deliverAhead(now bucket.Instant, c *LeaseCall, resp *leasev1.ReserveAheadResponse, err error) {
+	if err == nil && (c.ahead == nil || len(resp.GetKeys()) != len(c.ahead.GetKeys())) {
+		err = fmt.Errorf("spender: the allocator answered %d keys for %d", len(resp.GetKeys()), c.size())
+	}
+	if lz.deliver(now, c, err) {
+		lz.finishAhead(c, resp, now)
+		lz.checkFlushes()
+	}
+}
+
+// deliver ends c's attempt at now: with a nil err it was answered, and
+// deliver reports true for the caller to apply the answer. With a non-nil
+// err, the failure of the attempt: c is then sent again after a backoff
 // (with a new epoch if the allocator refused ours), or dropped if the
 // allocator rejected it as malformed. After three failed attempts, or once
 // c has been failing for longer than the slow-path deadline, the allocator
 // counts as unreachable: the keys' waiters are let go to the fallback
 // policy until a call is answered. Attempts that merely timed out
-// (leasedrive.ErrTimedOut) count only once c has gone unanswered for the
+// (ErrAttemptTimedOut) count only once c has gone unanswered for the
 // slow-path deadline plus the call timeout: a stalled commit is not an
 // outage.
-func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error) {
-	if err == nil {
-		err = lz.checkAnswer(c, resp)
-	}
+func (lz *leaser) deliver(now bucket.Instant, c *LeaseCall, err error) bool {
 	lz.mu.Lock()
 	c.inFlight = false
 	if err == nil {
@@ -317,34 +345,28 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 		lz.mu.Unlock()
 		lz.observe(now.Sub(c.attempt))
 		lz.setFallback(false, nil)
-		if c.ahead != nil {
-			lz.finishAhead(c, resp.(*leasev1.ReserveAheadResponse), now)
-		} else {
-			lz.finishAcquire(c, resp.(*leasev1.AcquireResponse), now)
-		}
-		lz.checkFlushes()
-		return
+		return true
 	}
 	switch connect.CodeOf(err) {
 	case connect.CodeInvalidArgument:
 		if i, reason, ok := refusedKey(err, c.size()); ok {
 			lz.rejectKeyLocked(c, i, reason, now)
-			return
+			return false
 		}
 		if refusedField(err) == "caller.epoch" {
 			// Our epoch is too far past the allocator's clock (ours runs
 			// ahead, or WithEpoch chose it): every call would be refused.
 			lz.stopLocked(c, now, fmt.Errorf("%w: epoch %d: %w", ErrSpenderRefused, lz.epoch, err),
 				"spender: the allocator refuses our epoch (is this clock a day ahead of the allocator's?); no more allocator calls from this one (leases, then the fallback policy)")
-			return
+			return false
 		}
 		lz.dropLocked(c, now, "spender: allocator rejected a call; not retrying", err)
-		return
+		return false
 	case connect.CodeFailedPrecondition:
 		latest, staleEpoch := refusedEpoch(err)
 		if staleEpoch && lz.answered {
 			lz.duplicateLocked(c, now, latest, err)
-			return
+			return false
 		}
 		// Our epoch or sequence is stale, and none of our calls was
 		// answered in this epoch (a dead predecessor with our id and a
@@ -353,14 +375,14 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 		// Holdings of the old one simply expire.
 		if c.stale++; c.stale > 3 || latest == math.MaxUint64 {
 			lz.dropLocked(c, now, "spender: allocator keeps refusing our epoch; giving up the call", err)
-			return
+			return false
 		}
 		lz.epoch = max(lz.epoch+1, latest+1, uint64(lz.l.timeOf(now).UnixNano()))
 		lz.seq, lz.answered = 1, false
 		c.resendAt = now
 		lz.mu.Unlock()
 		lz.log.Warn("spender: allocator refused our epoch or sequence; starting a new epoch", "method", c.method(), "epoch", lz.epoch, "err", err)
-		return
+		return false
 	}
 	// An attempt we stopped waiting for is a slow allocator (or a lost
 	// message) until the call has gone unanswered as long as a waiter may
@@ -372,7 +394,7 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 	// (the call is still retried with backoff: a credential the allocator
 	// accepts again ends it).
 	tune := lz.cfg.tuning
-	cut := errors.Is(err, leasedrive.ErrTimedOut)
+	cut := errors.Is(err, ErrAttemptTimedOut)
 	code := connect.CodeOf(err)
 	refused := code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied
 	if !cut {
@@ -393,6 +415,7 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 		lz.setFallback(true, down) // before the waiters look again
 		lz.giveUp(c, now)
 	}
+	return false
 }
 
 // dropLocked gives c up for good (with lz.mu held, which it releases):
@@ -400,7 +423,7 @@ func (lz *leaser) deliver(now bucket.Instant, c *leaseCall, resp any, err error)
 // waiters are let go to the fallback policy (asking again would only be
 // refused again, a call per look), and Ready says so until a call is
 // answered.
-func (lz *leaser) dropLocked(c *leaseCall, now bucket.Instant, msg string, err error) {
+func (lz *leaser) dropLocked(c *LeaseCall, now bucket.Instant, msg string, err error) {
 	lz.call = nil
 	lz.mu.Unlock()
 	lz.log.Error(msg, "method", c.method(), "err", err)
@@ -414,7 +437,7 @@ func (lz *leaser) dropLocked(c *leaseCall, now bucket.Instant, msg string, err e
 // in c was applied: the key fails with the allocator's reason and is not
 // asked for again until its limits change; the rest of c is sent again at
 // once, as a new call.
-func (lz *leaser) rejectKeyLocked(c *leaseCall, i int, reason string, now bucket.Instant) {
+func (lz *leaser) rejectKeyLocked(c *LeaseCall, i int, reason string, now bucket.Instant) {
 	var st *keyState
 	var wait chan struct{}
 	var job *aheadJob
@@ -463,7 +486,7 @@ func (lz *leaser) rejectKeyLocked(c *leaseCall, i int, reason string, now bucket
 // our id. Taking it back would only make the two refuse each other in
 // turn; this one serves its leases, then its fallback policy, and reports
 // the duplicate in Ready and Close.
-func (lz *leaser) duplicateLocked(c *leaseCall, now bucket.Instant, latest uint64, err error) {
+func (lz *leaser) duplicateLocked(c *LeaseCall, now bucket.Instant, latest uint64, err error) {
 	lz.stopLocked(c, now, fmt.Errorf("%w: id %q is in epoch %d at the allocator, ours is %d; give every process its own id: %w",
 		ErrDuplicateSpender, lz.id, latest, lz.epoch, err),
 		"spender: another live process uses our spender id; no more allocator calls from this one (leases, then the fallback policy)")
@@ -472,7 +495,7 @@ func (lz *leaser) duplicateLocked(c *leaseCall, now bucket.Instant, latest uint6
 // stopLocked stops the machine's calls for good (with lz.mu held, which it
 // releases), for the reason stop, which Ready and Close report: retrying
 // cannot help. It logs msg, serves the leases, then the fallback policy.
-func (lz *leaser) stopLocked(c *leaseCall, now bucket.Instant, stop error, msg string) {
+func (lz *leaser) stopLocked(c *LeaseCall, now bucket.Instant, stop error, msg string) {
 	lz.dup = stop
 	lz.call = nil
 	lz.mu.Unlock()
@@ -536,30 +559,11 @@ func (lz *leaser) logFallback(key string, now bucket.Instant) {
 	lz.log.Warn("spender: admitted under the fallback policy", "key", key, "admissions", n, "policy", lz.cfg.policy.String())
 }
 
-// checkAnswer reports an answer that does not match its call.
-func (lz *leaser) checkAnswer(c *leaseCall, resp any) error {
-	asked, got := 0, -1
-	switch r := resp.(type) {
-	case *leasev1.AcquireResponse:
-		if c.acquire != nil {
-			asked, got = len(c.acquire.GetKeys()), len(r.GetKeys())
-		}
-	case *leasev1.ReserveAheadResponse:
-		if c.ahead != nil {
-			asked, got = len(c.ahead.GetKeys()), len(r.GetKeys())
-		}
-	}
-	if asked != got {
-		return fmt.Errorf("spender: the allocator answered %d keys for %d", got, asked)
-	}
-	return nil
-}
-
 // giveUp lets c's waiters go (once): Reserves waiting on its keys look
 // again and follow the fallback policy; ReserveAt callers are told the
 // allocator is unreachable. A later answer to an Acquire is still applied;
 // a later reservation ahead is given back.
-func (lz *leaser) giveUp(c *leaseCall, now bucket.Instant) {
+func (lz *leaser) giveUp(c *LeaseCall, now bucket.Instant) {
 	if c.given {
 		return
 	}
@@ -582,7 +586,7 @@ func (lz *leaser) giveUp(c *leaseCall, now bucket.Instant) {
 }
 
 // finishAcquire applies the answer to c and wakes its waiters.
-func (lz *leaser) finishAcquire(c *leaseCall, resp *leasev1.AcquireResponse, recv bucket.Instant) {
+func (lz *leaser) finishAcquire(c *LeaseCall, resp *leasev1.AcquireResponse, recv bucket.Instant) {
 	ttl := time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond
 	expiry := c.sent.Add(ttl)
 	if ttl > 0 {
@@ -610,7 +614,7 @@ func (lz *leaser) finishAcquire(c *leaseCall, resp *leasev1.AcquireResponse, rec
 
 // finishAhead hands each job its reservation; one whose waiter gave up is
 // given back on the key's next Acquire.
-func (lz *leaser) finishAhead(c *leaseCall, resp *leasev1.ReserveAheadResponse, recv bucket.Instant) {
+func (lz *leaser) finishAhead(c *LeaseCall, resp *leasev1.ReserveAheadResponse, recv bucket.Instant) {
 	for i, j := range c.jobs {
 		kr := fromKeyReservation(resp.GetKeys()[i])
 		sh := j.st.sh
@@ -731,6 +735,7 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 		}
 		sh.mu.Unlock()
 	}
+	lz.keysHeld.Store(int64(held))
 	lz.cfg.metrics.setKeysHeld(held)
 	lz.cfg.metrics.setShareRate(shareRate)
 }

@@ -13,16 +13,15 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 	"github.com/rationhq/ration/internal/fakeclock"
-	"github.com/rationhq/ration/internal/leasedrive"
 	"github.com/rationhq/ration/internal/leasewire"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
 // handSource hands the Limiter's machine to the test, which sends its
 // calls and answers them itself.
-type handSource struct{ m leasedrive.Machine }
+type handSource struct{ m *Machine }
 
-func (s *handSource) Drive(m leasedrive.Machine) { s.m = m }
+func (s *handSource) Drive(m *Machine) { s.m = m }
 func (s *handSource) Acquire(context.Context, *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	return nil, errors.New("handSource: the test answers")
 }
@@ -72,7 +71,7 @@ func propShareBound(t *testing.T, seed uint64, steps int) {
 	lims := map[string]ration.Limits{"a": {RPM: 600, TPM: 60_000}, "b": {RPM: 6000}}
 	last := map[string]*propReply{}
 	var open []Reservation
-	var flight leasedrive.Call
+	var flight *LeaseCall
 	var ttl time.Duration = 2 * time.Second
 	var log []string
 	note := func(format string, args ...any) {
@@ -180,10 +179,10 @@ func propShareBound(t *testing.T, seed uint64, steps int) {
 		case flight == nil: // send
 			flight = m.NextCall()
 			if flight != nil {
-				note("send %v", flight.Request())
+				note("send %v", flight.Acquire())
 			}
 		default: // the call in flight ends
-			c := flight.(*leaseCall)
+			c := flight
 			flight = nil
 			if rng.IntN(5) == 0 {
 				m.Deliver(c, nil, connect.NewError(connect.CodeUnavailable, "lost"))

@@ -10,7 +10,6 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/internal/fakeclock"
-	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
@@ -24,7 +23,7 @@ import (
 // test moves the machine by hand on a fake clock: nothing is sent unless
 // the test sends it.
 type shareSource struct {
-	m              leasedrive.Machine
+	m              *spender.Machine
 	ttl            time.Duration
 	share          ration.Share
 	burst          ration.Amount
@@ -34,7 +33,7 @@ type shareSource struct {
 	calls          []*leasev1.AcquireRequest
 }
 
-func (s *shareSource) Drive(m leasedrive.Machine) { s.m = m }
+func (s *shareSource) Drive(m *spender.Machine) { s.m = m }
 
 func (s *shareSource) Acquire(_ context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	s.calls = append(s.calls, r)
@@ -97,12 +96,12 @@ func newShareRig(t *testing.T, lim ration.Limits, src *shareSource) *shareRig {
 
 // reserve is one Reserve of c on the machine, without waiting: the
 // reservation, the refusal, or a Wait when the allocator must be asked.
-func (g *shareRig) reserve(c ration.Amount, w leasedrive.Wait) (spender.Reservation, error, leasedrive.Wait) {
+func (g *shareRig) reserve(c ration.Amount, w *spender.Wait) (spender.Reservation, error, *spender.Wait) {
 	r, _, next, err := g.src.m.Reserve("k", g.lim, c, 0, false, w)
 	if r == nil {
 		return nil, err, next
 	}
-	return r.(spender.Reservation), err, next
+	return r, err, next
 }
 
 // send makes the machine's next call, answers it and delivers the answer,
@@ -113,7 +112,7 @@ func (g *shareRig) send() *leasev1.AcquireRequest {
 	if c == nil {
 		g.t.Fatal("the machine has no call to make")
 	}
-	req := c.Request().(*leasev1.AcquireRequest)
+	req := c.Acquire()
 	resp, err := g.src.Acquire(ctx, req)
 	g.src.m.Deliver(c, resp, err)
 	return req
@@ -152,7 +151,7 @@ func (g *shareRig) drain(c ration.Amount) (int, *spender.RejectError) {
 				g.t.Fatalf("after %d admissions: %v", n, err)
 			}
 			if call := g.src.m.NextCall(); call != nil {
-				g.t.Fatalf("after %d admissions and a refusal the machine calls the allocator: %v", n, call.Request())
+				g.t.Fatalf("after %d admissions and a refusal the machine calls the allocator: %v", n, call.Acquire())
 			}
 			return n, rej
 		}
@@ -260,7 +259,7 @@ func TestShareAccrual(t *testing.T) {
 		_, _, w := g.reserve(oneRequest, nil)
 		c := src.m.NextCall()
 		g.advance(500*time.Millisecond, 500*time.Millisecond) // in flight for 500ms
-		resp, _ := src.Acquire(ctx, c.Request().(*leasev1.AcquireRequest))
+		resp, _ := src.Acquire(ctx, c.Acquire())
 		src.m.Deliver(c, resp, nil)
 		if r, err, _ := g.reserve(oneRequest, w); r == nil {
 			t.Fatalf("the waiting Reserve: %v", err)
@@ -282,7 +281,7 @@ func TestShareAccrual(t *testing.T) {
 			t.Fatal("a Reserve the share cannot cover within the lease did not ask")
 		}
 		c = src.m.NextCall()
-		req := c.Request().(*leasev1.AcquireRequest)
+		req := c.Acquire()
 		if h := req.GetKeys()[0].GetHeld().GetRequests(); h != 40 {
 			t.Fatalf("the call reports held %d, want 40 (30 admitted and unsettled, 10 accrued up to the send)", h)
 		}
@@ -415,7 +414,7 @@ func TestShareDemand(t *testing.T) {
 	for i := 1; i <= 20 && zeroAt == 0; i++ {
 		g.advance(250*time.Millisecond, 250*time.Millisecond)
 		if c := src.m.NextCall(); c != nil {
-			req := c.Request().(*leasev1.AcquireRequest)
+			req := c.Acquire()
 			resp, err := src.Acquire(ctx, req)
 			src.m.Deliver(c, resp, err)
 			if req.GetKeys()[0].GetDemand().GetRequests() == 0 {
@@ -433,7 +432,7 @@ func TestShareDemand(t *testing.T) {
 	for range 20 {
 		g.advance(250*time.Millisecond, 250*time.Millisecond)
 		if c := src.m.NextCall(); c != nil {
-			req := c.Request().(*leasev1.AcquireRequest)
+			req := c.Acquire()
 			resp, err := src.Acquire(ctx, req)
 			src.m.Deliver(c, resp, err)
 		}
@@ -477,7 +476,7 @@ func TestShareRenewal(t *testing.T) {
 		g.clk.Advance(50 * time.Millisecond)
 		src.m.Tick()
 		if c := src.m.NextCall(); c != nil {
-			resp, err := src.Acquire(ctx, c.Request().(*leasev1.AcquireRequest))
+			resp, err := src.Acquire(ctx, c.Acquire())
 			src.m.Deliver(c, resp, err)
 			sends = append(sends, g.clk.Now().Sub(start))
 		}
@@ -579,7 +578,7 @@ func TestShareRenewalOnRisingDemand(t *testing.T) {
 		g.clk.Advance(50 * time.Millisecond)
 		src.m.Tick()
 		if c := src.m.NextCall(); c != nil {
-			resp, err := src.Acquire(ctx, c.Request().(*leasev1.AcquireRequest))
+			resp, err := src.Acquire(ctx, c.Acquire())
 			src.m.Deliver(c, resp, err)
 			sends = append(sends, g.clk.Now().Sub(start))
 		}
@@ -609,7 +608,7 @@ func TestShareReserveAll(t *testing.T) {
 	g := newShareRig(t, perMinute6000, src)
 	team := ration.Limits{RPM: 60}
 	src.grants = []ration.Amount{{Requests: 10}, {}}
-	charges := []leasedrive.Charge{{Key: "team", Limits: team, Cost: oneRequest}, {Key: "k", Limits: perMinute6000, Cost: oneRequest}}
+	charges := []spender.Charge{{Key: "team", Limits: team, Cost: oneRequest}, {Key: "k", Limits: perMinute6000, Cost: oneRequest}}
 	_, w, err := src.m.ReserveAll(charges, nil)
 	if w == nil {
 		t.Fatalf("first ask: %v, want a wait", err)
@@ -621,14 +620,14 @@ func TestShareReserveAll(t *testing.T) {
 		t.Fatalf("got %v (wait %v), want k refused with RetryAfter 40ms", err, w)
 	}
 	if c := src.m.NextCall(); c != nil {
-		t.Fatalf("the refusal made a call: %v", c.Request())
+		t.Fatalf("the refusal made a call: %v", c.Acquire())
 	}
 	g.clk.Advance(40 * time.Millisecond)
 	r, w, err := src.m.ReserveAll(charges, nil)
 	if r == nil {
 		t.Fatalf("after RetryAfter: %v (wait %v), want both admitted", err, w)
 	}
-	rs := r.(*spender.Reservations)
+	rs := r
 	if p := spender.AdmissionPath(rs.Part(0)); p != spender.PathLease {
 		t.Fatalf("team admitted on path %v, want local", p)
 	}
@@ -665,7 +664,7 @@ func TestShareRenewalIgnoresNoise(t *testing.T) {
 			g.clk.Advance(tick)
 			src.m.Tick()
 			if c := src.m.NextCall(); c != nil {
-				resp, err := src.Acquire(ctx, c.Request().(*leasev1.AcquireRequest))
+				resp, err := src.Acquire(ctx, c.Acquire())
 				src.m.Deliver(c, resp, err)
 				sends = append(sends, g.clk.Now().Sub(start))
 			}
@@ -708,7 +707,7 @@ func TestShareGivesBackWhenSilent(t *testing.T) {
 		g.clk.Advance(tick)
 		src.m.Tick()
 		if c := src.m.NextCall(); c != nil {
-			req := c.Request().(*leasev1.AcquireRequest)
+			req := c.Acquire()
 			resp, err := src.Acquire(ctx, req)
 			src.m.Deliver(c, resp, err)
 			return req

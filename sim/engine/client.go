@@ -128,8 +128,8 @@ func (s *sim) idleCheck(i int32) {
 	c.idlePending[i] = false
 	in := &s.insts[i]
 	keys := int64(0)
-	if in.reg != nil && !in.closed {
-		keys = keysHeld(in.reg)
+	if in.m != nil && !in.closed {
+		keys = int64(in.m.Counts().KeysHeld)
 	}
 	c.onIdle(s, i, keys)
 }

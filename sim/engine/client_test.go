@@ -4,10 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/spender"
 )
 
 // shortDay is the client-day scenario on a window of an hour (five
@@ -116,26 +113,4 @@ func TestIdleHoldingIsReported(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestKeysHeldReadsTheSpendersGauge: the spender side of an idle check
-// reads the gauge spender.NewMetrics registers under that name.
-func TestKeysHeldReadsTheSpendersGauge(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	if _, err := spender.NewMetrics(reg); err != nil {
-		t.Fatal(err)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "ration_spender_keys_held" {
-			if n := keysHeld(reg); n != 0 {
-				t.Fatalf("a new spender's metrics hold %d keys", n)
-			}
-			return
-		}
-	}
-	t.Fatal("the spender registers no ration_spender_keys_held")
 }

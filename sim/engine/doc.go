@@ -1,9 +1,8 @@
 // Package engine is ration's skew simulator: it drives the real allocator
 // (allocator.Ledger behind allocator.Service) and the real leased
 // spender.Limiter's lease state machine (moved by the simulator through
-// internal/leasedrive instead of the Limiter's goroutine) under virtual
-// time and a
-// simulated network, and compares enforcement strategies on identical
+// spender.Machine instead of the Limiter's goroutine) under virtual time
+// and a simulated network, and compares enforcement strategies on identical
 // traffic for one API key, or for several budgets each request is charged
 // to all or nothing (a team's keys and its shared budget; input and output
 // tokens: spender.Limiter.ReserveAll).

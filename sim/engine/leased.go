@@ -7,16 +7,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
 
 // leased is ration: a leased spender.Limiter per instance, whose lease
-// state machine the simulator moves itself (internal/leasedrive): the
+// state machine the simulator moves itself (spender.DrivingSource): the
 // very machine a gateway's Limiter runs, with its calls carried over the
 // simulated network and its time the virtual clock.
 //
@@ -27,11 +23,6 @@ type leased struct{}
 
 func (leased) join(s *sim, i int32) {
 	in := &s.insts[i]
-	in.reg = prometheus.NewRegistry()
-	m, err := spender.NewMetrics(in.reg)
-	if err != nil {
-		panic(err) // a fresh registry cannot hold a duplicate
-	}
 	in.ep = s.newEndpoint(i)
 	tap := &releaseTap{s: s, ep: in.ep}
 	in.lim = mustLimiter(s.clk,
@@ -41,7 +32,6 @@ func (leased) join(s *sim, i int32) {
 		spender.WithEpoch(1),
 		spender.WithLeaseTuning(s.cfg.leaseTuning()),
 		spender.WithFallback(s.cfg.Fallback),
-		spender.WithMetrics(m),
 		spender.WithLogger(slog.New(slog.DiscardHandler)), // (the default, slog.Default(), would print every instance's outage)
 	)
 	in.m = tap.m
@@ -55,8 +45,9 @@ func (leased) leave(*sim, int32) {}
 // expire.
 func (leased) drained(s *sim, i int32) {
 	in := &s.insts[i]
-	s.col.fallback += fallbackAdmits(in.reg)
-	s.col.accrued = s.col.accrued.Add(shareAccrued(in.reg))
+	n := in.m.Counts()
+	s.col.fallback += n.FallbackAdmissions
+	s.col.accrued = s.col.accrued.Add(n.ShareAccrued)
 	if s.down(s.now) {
 		return
 	}
@@ -80,14 +71,15 @@ func (l leased) arrive(s *sim, id int32) {
 func (leased) try(s *sim, id int32) {
 	r := &s.reqs[id]
 	m := s.insts[r.inst].m
-	var res any
-	var w leasedrive.Wait
+	var res spender.Reservation
+	var all *spender.Reservations
+	var w *spender.Wait
 	var err error
 	if r.nch == 1 {
 		b := &s.budgets[r.ch[0].b]
 		res, _, w, err = m.Reserve(b.name, b.lim, r.ch[0].cost, 0, false, r.wait)
 	} else {
-		res, w, err = m.ReserveAll(s.drivenOf(r), r.wait)
+		all, w, err = m.ReserveAll(s.chargesOf(r), r.wait)
 	}
 	switch {
 	case w != nil:
@@ -98,10 +90,10 @@ func (leased) try(s *sim, id int32) {
 		r.wait = w
 	case err == nil && r.nch == 1:
 		r.wait = nil
-		s.admit(id, res.(spender.Reservation))
+		s.admit(id, res)
 	case err == nil:
 		r.wait = nil
-		s.admitAll(id, res.(*spender.Reservations))
+		s.admitAll(id, all)
 	default:
 		var rej *spender.RejectError
 		if !errors.As(err, &rej) {
@@ -161,7 +153,7 @@ func (leased) pump(s *sim, i int32) {
 		in.call = c
 		e := s.eps[in.ep]
 		e.timeout = int64(in.m.AttemptTimeout() / time.Microsecond)
-		s.begin(in.ep, c.Request().(*leasev1.AcquireRequest)) // the sim has no wait mode: only Acquire
+		s.begin(in.ep, c.Acquire()) // the sim has no wait mode: only Acquire
 		return
 	}
 	at := max(s.instant(in.m.NextWake()), s.now+1)
@@ -242,13 +234,13 @@ func (l leased) finish(s *sim) {
 type releaseTap struct {
 	s  *sim
 	ep int32 // the spender's endpoint
-	m  leasedrive.Machine
+	m  *spender.Machine
 }
 
-var _ leasedrive.Source = (*releaseTap)(nil)
+var _ spender.DrivingSource = (*releaseTap)(nil)
 
 // Drive keeps the machine for the simulator to move.
-func (t *releaseTap) Drive(m leasedrive.Machine) { t.m = m }
+func (t *releaseTap) Drive(m *spender.Machine) { t.m = m }
 
 func (t *releaseTap) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	resp, err := t.s.src.Acquire(ctx, r)
@@ -278,72 +270,4 @@ func (t *releaseTap) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*l
 		}
 	}
 	return resp, err
-}
-
-// shareAccrued reads what the spender's refill shares added to its leases
-// (ration_spender_share_accrued_total, by dimension).
-func shareAccrued(reg *prometheus.Registry) ration.Amount {
-	var a ration.Amount
-	mfs, err := reg.Gather()
-	if err != nil {
-		return a
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "ration_spender_share_accrued_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() != "dimension" {
-					continue
-				}
-				switch v := int64(m.GetCounter().GetValue()); lp.GetValue() {
-				case "requests":
-					a.Requests += v
-				case "tokens":
-					a.Tokens += v
-				}
-			}
-		}
-	}
-	return a
-}
-
-// fallbackAdmits reads admitted_total{path="fallback"} from a spender's
-// registry.
-func fallbackAdmits(reg *prometheus.Registry) int64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "ration_spender_admitted_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "path" && lp.GetValue() == "fallback" {
-					return int64(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
-	return 0
-}
-
-// keysHeld reads ration_spender_keys_held, the keys a spender holds state
-// for (as of its last maintenance scan), from its registry.
-func keysHeld(reg *prometheus.Registry) int64 {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "ration_spender_keys_held" {
-			for _, m := range mf.GetMetric() {
-				return int64(m.GetGauge().GetValue())
-			}
-		}
-	}
-	return 0
 }

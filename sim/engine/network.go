@@ -8,8 +8,8 @@ import (
 	"connectrpc.com/connect/v2"
 
 	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/internal/leasedrive"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/spender"
 )
 
 // endpoint is one caller of the allocator: a leased spender, or one
@@ -58,7 +58,7 @@ type reply struct {
 }
 
 var (
-	errLost    = fmt.Errorf("sim: message lost: %w", leasedrive.ErrTimedOut)
+	errLost    = fmt.Errorf("sim: message lost: %w", spender.ErrAttemptTimedOut)
 	errRefused = errors.New("sim: allocator unreachable (connection refused)")
 )
 

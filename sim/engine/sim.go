@@ -6,12 +6,9 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/internal/fakeclock"
-	"github.com/rationhq/ration/internal/leasedrive"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -25,14 +22,13 @@ type instance struct {
 	leaving bool // left: drains its in-flight requests, then closes
 	closed  bool
 
-	lim      *spender.Limiter     // standalone (static, sticky) or leased
-	reg      *prometheus.Registry // the leased spender's metrics
-	ep       int32                // leased: its endpoint
-	m        leasedrive.Machine   // leased: the spender's lease state machine
-	call     leasedrive.Call      // leased: the call being sent
-	wakeAt   int64                // leased: when the machine's next wake is scheduled, virtual µs
-	parked   []int32              // leased: requests waiting on the call
-	inflight int                  // admitted and not yet settled, plus parked
+	lim      *spender.Limiter   // standalone (static, sticky) or leased
+	ep       int32              // leased: its endpoint
+	m        *spender.Machine   // leased: the spender's lease state machine
+	call     *spender.LeaseCall // leased: the call being sent
+	wakeAt   int64              // leased: when the machine's next wake is scheduled, virtual µs
+	parked   []int32            // leased: requests waiting on the call
+	inflight int                // admitted and not yet settled, plus parked
 }
 
 // sim is one run: the virtual clock, the event queue and every component.
@@ -62,7 +58,6 @@ type sim struct {
 	primary  int              // the budget the headline numbers are in
 	budgetOf map[string]int32 // budget index by key
 	charges  [maxCharges]spender.Charge
-	driven   [maxCharges]leasedrive.Charge
 	actuals  [maxCharges]ration.Amount
 
 	strat  strategy
@@ -432,16 +427,6 @@ func (s *sim) chargesOf(r *request) []spender.Charge {
 	for i, c := range r.charges() {
 		b := &s.budgets[c.b]
 		cs[i] = spender.Charge{Key: b.name, Limits: b.lim, Cost: c.cost}
-	}
-	return cs
-}
-
-// drivenOf is chargesOf as leasedrive.Charges (in buffers reused by the
-// next call of either).
-func (s *sim) drivenOf(r *request) []leasedrive.Charge {
-	cs := s.driven[:r.nch]
-	for i, c := range s.chargesOf(r) {
-		cs[i] = leasedrive.Charge(c)
 	}
 	return cs
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/internal/leasedrive"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -57,9 +56,9 @@ type request struct {
 	all       multiRes
 	shadow    spender.Reservation
 	shadowAll *spender.Reservations
-	parked    bool            // waiting for its spender's call
-	wait      leasedrive.Wait // leased: what to ask again with while parked
-	ep        int32           // central: the endpoint deciding it
+	parked    bool          // waiting for its spender's call
+	wait      *spender.Wait // leased: what to ask again with while parked
+	ep        int32         // central: the endpoint deciding it
 	decided   bool
 	fb        uint32 // bit i: charge i was admitted under a leased spender's fallback policy
 
