@@ -41,15 +41,11 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 	if err != nil {
 		return nil, time.Time{}, nil, err
 	}
-	if ahead && (v == ask || v == refuse && !rej.Oversize) && !lz.fallback.Load() {
+	if ahead && (v == ask || v == refuse && !rej.Oversize) && !lz.fallback() {
 		// Wait mode asks the allocator to reserve ahead even when the
 		// allocator last named a wait: that is the wait it asks about.
 		job := &aheadJob{st: st, lim: lim, cost: c, maxWait: maxWait, done: make(chan struct{})}
-		lz.mu.Lock()
-		lz.aheads = append(lz.aheads, job)
-		lz.urgent = true
-		lz.mu.Unlock()
-		lz.wake()
+		lz.enqueueAhead(job)
 		return nil, time.Time{}, lz.newWaiter(job.done, now, job), nil
 	}
 	switch v {
@@ -101,7 +97,7 @@ const (
 // the first ask; a waiter past its deadline while its call is under way is
 // given more time here.
 func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant, w *waiter) (verdict, *RejectError, error) {
-	env := lz.env()
+	env := lz.env.Load()
 	covered, ref, accrued, err := env.Judge(st.lk, c, now)
 	lz.accrued(accrued)
 	switch {
@@ -113,7 +109,7 @@ func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant,
 		return refuse, rejectError(st, c, ref), nil
 	}
 	switch {
-	case lz.fallback.Load(), w != nil && now >= w.deadline && (now >= w.limit || !lz.awaitingAnswer(st.lk)):
+	case lz.fallback(), w != nil && now >= w.deadline && (now >= w.limit || !lz.awaitingAnswer(st.lk)):
 		if err := lz.refusedCredential(); err != nil {
 			return 0, nil, err
 		}
@@ -187,7 +183,7 @@ func (l *Limiter) finishAheadLocked(st *keyState, c ration.Amount, now bucket.In
 // queueing a refresh when the lease falls below its low watermark. It
 // returns nil when the lease cannot cover c.
 func (lz *leaser) admitLocked(st *keyState, c ration.Amount, now bucket.Instant, path admitPath) Reservation {
-	env := lz.env()
+	env := lz.env.Load()
 	ok, refresh := env.Admit(st.lk, c, now)
 	if !ok {
 		return nil
@@ -224,7 +220,7 @@ func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Insta
 // fallbackCheckLocked is the fallback policy's answer for c now, nil to
 // admit (see lease.Env.FallbackCheck).
 func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.Instant) *RejectError {
-	if !lz.fallback.Load() {
+	if !lz.fallback() {
 		// A request that waited for the allocator as long as it may
 		// (SlowPathDeadline + CallTimeout), or whose call was given up:
 		// the allocator is not serving this spender, whatever its calls
@@ -233,7 +229,7 @@ func (lz *leaser) fallbackCheckLocked(st *keyState, c ration.Amount, now bucket.
 		lz.setFallback(true, fmt.Errorf("%w: a request got no answer in time (slow-path deadline %v plus call timeout %v)",
 			ErrAllocatorUnreachable, lz.cfg.tuning.SlowPathDeadline, lz.cfg.tuning.CallTimeout))
 	}
-	env := lz.env()
+	env := lz.env.Load()
 	if ref := env.FallbackCheck(st.lk, c, now, lease.Policy(lz.cfg.policy), lz.maxActive.Load()); ref != nil {
 		return rejectError(st, c, ref)
 	}

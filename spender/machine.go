@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -21,18 +20,16 @@ import (
 	"github.com/rationhq/ration/spender/internal/lease"
 )
 
-// leaser is a leased Limiter's lease state machine: it decides which call
-// to send to the allocator and when, applies answers and failures, and
-// keeps every key's lease (in the keys' leaseStates, under their shard
-// locks). It reads no clock, starts no goroutine and does no I/O: every
-// input carries the time, and its outputs are the call to send (nextCall),
-// the time it next needs to run (nextWake), and the admissions it makes
-// through reserveLeased. A driver moves it: the Limiter's own goroutine
-// (driver.go) on the Limiter's Clock, or the simulator on virtual time.
-//
-// Calls are made one at a time, each with (spender id, epoch, sequence);
-// a failed call is sent again with the same sequence and body until it is
-// answered, so the allocator applies it exactly once.
+// leaser is a leased Limiter's lease machine, the driver's side of it: it
+// holds the lease core's call machine (lease.Calls, which decides which
+// call to send and when, what an attempt's failure means, and when the
+// allocator counts as unreachable) and the keys' leases (lease.Key, in the
+// keys' states under their shard locks), and does what the core cannot:
+// builds the calls' bodies from the keys, converts them to and from the
+// wire, wakes the Reserves waiting on a call, logs and counts. It reads no
+// clock, starts no goroutine and does no I/O: every input carries the
+// time. A driver moves it: the Limiter's own goroutine (driver.go) on the
+// Limiter's Clock, or a DrivingSource (the simulator) on virtual time.
 //
 // Reserve paths may run concurrently with each other and with the driver;
 // nextCall, deliver and tick are called by one driver at a time.
@@ -40,32 +37,25 @@ type leaser struct {
 	l   *Limiter
 	cfg leaseConfig
 	log *slog.Logger
-	id  string
 
-	mu       sync.Mutex // guards the fields below; taken after a shard lock, never before
-	epoch    uint64
-	seq      uint64
-	queue    []*keyState // keys for the next Acquire
-	queuedAt bucket.Instant
-	urgent   bool // a Reserve waits on a queued key: skip the batching window
-	aheads   []*aheadJob
-	call     *LeaseCall     // the call being sent; nil when none
-	nextTick bucket.Instant // when maintenance runs next
+	mu       sync.Mutex // guards core and the fields below; taken after a shard lock, never before
+	core     *lease.Calls
+	queue    []*keyState // keys for the next Acquire, as the core counts them
+	aheads   []*aheadJob // jobs for the next ReserveAhead
+	call     *LeaseCall  // the call being sent; nil when none (written by the driver only)
 	flushes  []chan struct{}
 	closing  bool
-	rng      *rand.Rand
 	notify   func() // the driver's wake-up, called when something is queued; nil for none
-	answered bool   // a call was answered in the current epoch
 	dup      error  // the allocator will not take our calls (ErrDuplicateSpender, ErrSpenderRefused): no more calls
 	down     error  // while fallback is on: the failure that turned it on
+	fbLogAt  bucket.Instant
+	fbLogged int // fallback admissions since the last log line
 
-	fallback  atomic.Bool    // the allocator counts as unreachable
-	rtt       atomic.Int64   // smoothed call latency, nanoseconds
-	rttMax    atomic.Int64   // the slowest recent answer, decaying; 0 until the first answer
-	fbLogAt   bucket.Instant // guarded by mu: when the next fallback admission may be logged
-	fbLogged  int            // guarded by mu: fallback admissions since the last log line
+	// env is what the keys' rules read of the core (its TTL, lead and
+	// fallback), published after each change so that the admit path reads
+	// it without mu.
+	env       atomic.Pointer[lease.Env]
 	maxActive atomic.Uint32
-	ttl       atomic.Int64 // the lease TTL the allocator last answered with (a Duration); 0 before
 
 	// What the machine has done (Machine.Counts), as its Metrics count it.
 	keysHeld               atomic.Int64
@@ -87,8 +77,9 @@ type aheadJob struct {
 }
 
 // LeaseCall is one allocator call: an Acquire for keys, or a ReserveAhead
-// for jobs.
+// for jobs, with its sending state in the core (lc).
 type LeaseCall struct {
+	lc      *lease.Call
 	acquire *leasev1.AcquireRequest
 	keys    []*keyState
 	waits   []chan struct{} // per key: closed when the call ends
@@ -96,14 +87,7 @@ type LeaseCall struct {
 	ahead *leasev1.ReserveAheadRequest
 	jobs  []*aheadJob
 
-	sent     bucket.Instant // first send: leases are counted from here
-	attempt  bucket.Instant // this attempt's send
-	inFlight bool           // handed to the driver, not yet delivered
-	resendAt bucket.Instant
-	backoff  time.Duration
-	fails    int  // attempts that failed (not counting those timed out: the allocator may be slow)
-	stale    int  // epochs refused
-	given    bool // the waiters were let go (fallback) at a failure
+	given bool // the waiters were let go (fallback) at a failure
 }
 
 // size is the number of keys in c.
@@ -118,81 +102,35 @@ func (c *LeaseCall) method() string {
 }
 
 func newLeaser(l *Limiter, cfg leaseConfig, now bucket.Instant) *leaser {
-	lz := &leaser{l: l, cfg: cfg, log: cfg.logger, id: cfg.spenderID, epoch: cfg.epoch, nextTick: now.Add(cfg.tuning.MaintenanceInterval)}
+	lz := &leaser{l: l, cfg: cfg, log: cfg.logger}
 	if lz.log == nil {
 		lz.log = slog.Default()
 	}
-	if lz.id == "" {
+	id, epoch := cfg.spenderID, cfg.epoch
+	if id == "" {
 		host, _ := os.Hostname()
-		lz.id = fmt.Sprintf("%s/%d/%08x", host, os.Getpid(), rand.Uint32())
-		if len(lz.id) > ration.MaxSpenderIDLen {
-			lz.id = lz.id[len(lz.id)-ration.MaxSpenderIDLen:]
+		id = fmt.Sprintf("%s/%d/%08x", host, os.Getpid(), rand.Uint32())
+		if len(id) > ration.MaxSpenderIDLen {
+			id = id[len(id)-ration.MaxSpenderIDLen:]
 		}
 	}
-	if lz.epoch == 0 {
-		lz.epoch = uint64(l.timeOf(now).UnixNano())
+	if epoch == 0 {
+		epoch = uint64(l.timeOf(now).UnixNano())
 	}
-	lz.rng = rand.New(rand.NewPCG(lz.epoch, uint64(len(lz.id))))
-	lz.rtt.Store(int64(time.Millisecond))
+	lz.core = lease.NewCalls(id, epoch, lease.Tuning(cfg.tuning), now)
+	lz.publishLocked()
 	return lz
 }
 
-// enqueueLocked puts st in the next Acquire (the caller holds st's shard
-// lock). An urgent key skips the batching window.
-func (lz *leaser) enqueueLocked(st *keyState, urgent bool, now bucket.Instant) {
-	lz.mu.Lock()
-	if !st.lk.Queued() {
-		st.lk.SetQueued(true)
-		if len(lz.queue) == 0 {
-			lz.queuedAt = now
-		}
-		lz.queue = append(lz.queue, st)
-	}
-	lz.urgent = lz.urgent || urgent
-	lz.mu.Unlock()
-	lz.wake()
+// publishLocked publishes what the keys' rules read of the core (lz.mu
+// held, or lz not yet shared).
+func (lz *leaser) publishLocked() {
+	env := lz.core.Env()
+	lz.env.Store(&env)
 }
 
-func (lz *leaser) wake() {
-	if lz.notify != nil {
-		lz.notify()
-	}
-}
-
-// attemptTimeout bounds one attempt of a call: ten smoothed round trips or
-// three times the slowest recent answer, whichever is longer, at least
-// 25ms, at most the configured call timeout. It follows the allocator's
-// own tail (a commit that lingers), so a slow answer is not taken for a
-// lost one; before the first answer it is ten slow-path deadlines.
-func (lz *leaser) attemptTimeout() time.Duration {
-	tune := lz.cfg.tuning
-	slowest := time.Duration(lz.rttMax.Load())
-	if slowest == 0 {
-		return min(tune.CallTimeout, 10*tune.SlowPathDeadline)
-	}
-	return min(tune.CallTimeout, max(25*time.Millisecond, 10*time.Duration(lz.rtt.Load()), 3*slowest))
-}
-
-// observe records an answer's latency d.
-func (lz *leaser) observe(d time.Duration) {
-	lz.rtt.Store((lz.rtt.Load()*7 + int64(d)) / 8)
-	m := lz.rttMax.Load()
-	lz.rttMax.Store(max(int64(d), m-m/16)) // the slowest of roughly the last sixteen answers
-}
-
-// lead is how long before a lease runs out a refresh should start.
-func (lz *leaser) lead() time.Duration {
-	return 2*time.Duration(lz.rtt.Load()) + lz.cfg.tuning.BatchWindow + 5*time.Millisecond
-}
-
-// env is what the keys' rules read of the machine at this moment.
-func (lz *leaser) env() lease.Env {
-	return lease.Env{Tuning: lease.Tuning(lz.cfg.tuning), TTL: lz.leaseTTL(), Lead: lz.lead(), Fallback: lz.fallback.Load()}
-}
-
-// leaseTTL is the lease TTL the allocator last answered with (0 before
-// any answer).
-func (lz *leaser) leaseTTL() time.Duration { return time.Duration(lz.ttl.Load()) }
+// fallback reports whether the allocator counts as unreachable.
+func (lz *leaser) fallback() bool { return lz.env.Load().Fallback }
 
 // accrued counts a share's accrual credited to a lease.
 func (lz *leaser) accrued(a ration.Amount) {
@@ -203,69 +141,94 @@ func (lz *leaser) accrued(a ration.Amount) {
 	}
 }
 
-// nextCall returns the call to send at now, or nil. A call stays
-// outstanding until deliver ends it: after a failure, nextCall returns it
-// again (same body and sequence, or a new epoch) once its backoff has
-// passed.
+// enqueueLocked puts st in the next Acquire (the caller holds st's shard
+// lock). An urgent key skips the batching window.
+func (lz *leaser) enqueueLocked(st *keyState, urgent bool, now bucket.Instant) {
+	lz.mu.Lock()
+	if !st.lk.Queued() {
+		st.lk.SetQueued(true)
+		lz.core.Queue(now)
+		lz.queue = append(lz.queue, st)
+	}
+	if urgent {
+		lz.core.Urge()
+	}
+	lz.mu.Unlock()
+	lz.wake()
+}
+
+// enqueueAhead puts j in the next ReserveAhead, which goes at once.
+func (lz *leaser) enqueueAhead(j *aheadJob) {
+	lz.mu.Lock()
+	lz.core.Ahead()
+	lz.aheads = append(lz.aheads, j)
+	lz.mu.Unlock()
+	lz.wake()
+}
+
+func (lz *leaser) wake() {
+	if lz.notify != nil {
+		lz.notify()
+	}
+}
+
+// attemptTimeout bounds one attempt of a call (lease.Calls.AttemptTimeout).
+func (lz *leaser) attemptTimeout() time.Duration {
+	lz.mu.Lock()
+	defer lz.mu.Unlock()
+	return lz.core.AttemptTimeout()
+}
+
+// nextCall returns the call to send at now, or nil (lease.Calls.Next). A
+// new Acquire takes the keys' reports and needs into its body.
 func (lz *leaser) nextCall(now bucket.Instant) *LeaseCall {
 	lz.mu.Lock()
-	if lz.dup != nil {
+	lc, fresh := lz.core.Next(now)
+	if lc == nil {
 		lz.mu.Unlock()
 		return nil
 	}
-	if c := lz.call; c != nil {
-		if c.inFlight || now < c.resendAt {
-			lz.mu.Unlock()
-			return nil
-		}
-		c.inFlight, c.attempt = true, now
-		lz.setCallerLocked(c)
+	if !fresh {
+		c := lz.call
+		setCaller(c)
 		lz.mu.Unlock()
 		return c
 	}
 	var keys []*keyState
 	var jobs []*aheadJob
-	switch {
-	case len(lz.queue) > 0 && (lz.urgent || now >= lz.queuedAt.Add(lz.cfg.tuning.BatchWindow)):
-		n := min(len(lz.queue), ration.MaxBatch)
-		keys = lz.queue[:n:n]
-		lz.queue = lz.queue[n:]
-		lz.queuedAt = now
+	if lc.Kind == lease.Acquire {
+		keys = lz.queue[:lc.Size:lc.Size]
+		lz.queue = lz.queue[lc.Size:]
 		if len(lz.queue) == 0 {
-			lz.queue, lz.urgent = nil, false
+			lz.queue = nil
 		}
-	case len(lz.aheads) > 0:
-		n := min(len(lz.aheads), ration.MaxBatch)
-		jobs = lz.aheads[:n:n]
-		lz.aheads = lz.aheads[n:]
+	} else {
+		jobs = lz.aheads[:lc.Size:lc.Size]
+		lz.aheads = lz.aheads[lc.Size:]
 		if len(lz.aheads) == 0 {
 			lz.aheads = nil
-			lz.urgent = len(lz.queue) > 0 && lz.urgent
 		}
-	default:
-		lz.mu.Unlock()
-		return nil
 	}
+	env := *lz.env.Load()
 	lz.mu.Unlock()
 
 	var c *LeaseCall
 	if keys != nil {
-		c = lz.buildAcquire(keys, now) // takes shard locks: not under lz.mu
+		c = lz.buildAcquire(keys, &env, now) // takes shard locks: not under lz.mu
 	} else {
 		c = buildAhead(jobs)
 	}
-	c.sent, c.attempt, c.inFlight, c.backoff = now, now, true, 10*time.Millisecond
+	c.lc = lc
+	setCaller(c)
 	lz.mu.Lock()
-	lz.seq++
 	lz.call = c
-	lz.setCallerLocked(c)
 	lz.mu.Unlock()
 	return c
 }
 
-// setCallerLocked stamps c with the current (id, epoch, sequence).
-func (lz *leaser) setCallerLocked(c *LeaseCall) {
-	caller := &leasev1.Caller{SpenderId: lz.id, Epoch: lz.epoch, Sequence: lz.seq}
+// setCaller stamps c's body with its caller as of this attempt.
+func setCaller(c *LeaseCall) {
+	caller := &leasev1.Caller{SpenderId: c.lc.Caller.ID, Epoch: c.lc.Caller.Epoch, Sequence: c.lc.Caller.Seq}
 	if c.ahead != nil {
 		c.ahead.Caller = caller
 	} else {
@@ -276,10 +239,9 @@ func (lz *leaser) setCallerLocked(c *LeaseCall) {
 // buildAcquire takes keys' reports and needs into one call body. What goes
 // into the body (returns, debts) leaves the keys: it is delivered exactly
 // once, with the answer.
-func (lz *leaser) buildAcquire(keys []*keyState, now bucket.Instant) *LeaseCall {
+func (lz *leaser) buildAcquire(keys []*keyState, env *lease.Env, now bucket.Instant) *LeaseCall {
 	c := &LeaseCall{acquire: &leasev1.AcquireRequest{Keys: make([]*leasev1.KeyAcquire, 0, len(keys))},
 		keys: keys, waits: make([]chan struct{}, len(keys))}
-	env := lz.env()
 	for i, st := range keys {
 		sh := st.sh
 		sh.mu.Lock()
@@ -308,7 +270,7 @@ func (lz *leaser) deliverAcquire(now bucket.Instant, c *LeaseCall, resp *leasev1
 	if err == nil && (c.acquire == nil || len(resp.GetKeys()) != len(c.acquire.GetKeys())) {
 		err = fmt.Errorf("spender: the allocator answered %d keys for %d", len(resp.GetKeys()), c.size())
 	}
-	if lz.deliver(now, c, err) {
+	if lz.deliver(now, c, err, leaseTTLOf(resp)) {
 		lz.finishAcquire(c, resp, now)
 		lz.checkFlushes()
 	}
@@ -320,102 +282,100 @@ func (lz *leaser) deliverAhead(now bucket.Instant, c *LeaseCall, resp *leasev1.R
 	if err == nil && (c.ahead == nil || len(resp.GetKeys()) != len(c.ahead.GetKeys())) {
 		err = fmt.Errorf("spender: the allocator answered %d keys for %d", len(resp.GetKeys()), c.size())
 	}
-	if lz.deliver(now, c, err) {
+	if lz.deliver(now, c, err, 0) {
 		lz.finishAhead(c, resp, now)
 		lz.checkFlushes()
 	}
 }
 
-// deliver ends c's attempt at now: with a nil err it was answered, and
-// deliver reports true for the caller to apply the answer. With a non-nil
-// err, the failure of the attempt: c is then sent again after a backoff
-// (with a new epoch if the allocator refused ours), or dropped if the
-// allocator rejected it as malformed. After three failed attempts, or once
-// c has been failing for longer than the slow-path deadline, the allocator
-// counts as unreachable: the keys' waiters are let go to the fallback
-// policy until a call is answered. Attempts that merely timed out
-// (ErrAttemptTimedOut) count only once c has gone unanswered for the
-// slow-path deadline plus the call timeout: a stalled commit is not an
-// outage.
-func (lz *leaser) deliver(now bucket.Instant, c *LeaseCall, err error) bool {
+// deliver ends c's attempt at now: with a nil err it was answered (with
+// the lease TTL ttl, 0 for none), and deliver reports true for the caller
+// to apply the answer. With a non-nil
+// err, the failure of the attempt, read from the allocator's error for the
+// core to judge (lease.Calls.Failed): c is sent again after a backoff (with
+// a new epoch if the allocator refused ours), or dropped if the allocator
+// rejected it as malformed, or loses the one entry the allocator refused.
+// Once the allocator counts as unreachable, the keys' waiters are let go
+// to the fallback policy until a call is answered. A refused credential
+// counts at once, and admitting by the fallback policy would hide the
+// misconfiguration: Reserves that need the allocator fail naming it.
+func (lz *leaser) deliver(now bucket.Instant, c *LeaseCall, err error, ttl time.Duration) bool {
 	lz.mu.Lock()
-	c.inFlight = false
 	if err == nil {
-		lz.call, lz.answered = nil, true
+		recovered := lz.core.Answered(now, c.lc, ttl)
+		lz.call = nil
+		lz.publishLocked()
 		lz.mu.Unlock()
-		lz.observe(now.Sub(c.attempt))
-		lz.setFallback(false, nil)
+		if recovered {
+			lz.fallbackSwitched(false, nil)
+		}
 		return true
 	}
+	f := failureOf(err, c.size())
+	f.Wall = uint64(lz.l.timeOf(now).UnixNano())
+	before := lz.core.Caller()
+	out := lz.core.Failed(now, c.lc, f)
+	switch out.Verdict {
+	case lease.TakeOut:
+		i, reason, _ := refusedKey(err, c.size())
+		lz.takeOutLocked(c, i, reason, out.Emptied, now)
+	case lease.Stop:
+		stop := fmt.Errorf("%w: epoch %d: %w", ErrSpenderRefused, before.Epoch, err)
+		msg := "spender: the allocator refuses our epoch (is this clock a day ahead of the allocator's?); no more allocator calls from this one (leases, then the fallback policy)"
+		if out.Duplicate {
+			stop = fmt.Errorf("%w: id %q is in epoch %d at the allocator, ours is %d; give every process its own id: %w",
+				ErrDuplicateSpender, before.ID, f.Latest, before.Epoch, err)
+			msg = "spender: another live process uses our spender id; no more allocator calls from this one (leases, then the fallback policy)"
+		}
+		lz.stopLocked(c, now, stop, msg)
+	case lease.Drop:
+		msg := "spender: allocator rejected a call; not retrying"
+		if f.Kind == lease.FailStale {
+			msg = "spender: allocator keeps refusing our epoch; giving up the call"
+		}
+		lz.dropLocked(c, now, msg, err)
+	case lease.NewEpoch:
+		epoch := lz.core.Caller().Epoch
+		lz.mu.Unlock()
+		lz.log.Warn("spender: allocator refused our epoch or sequence; starting a new epoch", "method", c.method(), "epoch", epoch, "err", err)
+	default:
+		lz.mu.Unlock()
+		if out.Unreachable {
+			down := fmt.Errorf("%w: %w", ErrAllocatorUnreachable, err)
+			if f.Refused {
+				down = fmt.Errorf("%w: %w", ErrCredentialRefused, err)
+			}
+			lz.setFallback(true, down) // before the waiters look again
+			lz.giveUp(c, now)
+		}
+	}
+	return false
+}
+
+// failureOf reads the allocator's error err for a call of n entries.
+func failureOf(err error, n int) lease.Failure {
 	switch connect.CodeOf(err) {
 	case connect.CodeInvalidArgument:
-		if i, reason, ok := refusedKey(err, c.size()); ok {
-			lz.rejectKeyLocked(c, i, reason, now)
-			return false
+		if i, _, ok := refusedKey(err, n); ok {
+			return lease.Failure{Kind: lease.FailKey, Index: i}
 		}
 		if refusedField(err) == "caller.epoch" {
 			// Our epoch is too far past the allocator's clock (ours runs
 			// ahead, or WithEpoch chose it): every call would be refused.
-			lz.stopLocked(c, now, fmt.Errorf("%w: epoch %d: %w", ErrSpenderRefused, lz.epoch, err),
-				"spender: the allocator refuses our epoch (is this clock a day ahead of the allocator's?); no more allocator calls from this one (leases, then the fallback policy)")
-			return false
+			return lease.Failure{Kind: lease.FailEpochRange}
 		}
-		lz.dropLocked(c, now, "spender: allocator rejected a call; not retrying", err)
-		return false
+		return lease.Failure{Kind: lease.FailMalformed}
 	case connect.CodeFailedPrecondition:
 		latest, staleEpoch := refusedEpoch(err)
-		if staleEpoch && lz.answered {
-			lz.duplicateLocked(c, now, latest, err)
-			return false
-		}
-		// Our epoch or sequence is stale, and none of our calls was
-		// answered in this epoch (a dead predecessor with our id and a
-		// later clock), or the allocator lost our session's tail: start a
-		// new epoch above the allocator's and resend the same body.
-		// Holdings of the old one simply expire.
-		if c.stale++; c.stale > 3 || latest == math.MaxUint64 {
-			lz.dropLocked(c, now, "spender: allocator keeps refusing our epoch; giving up the call", err)
-			return false
-		}
-		lz.epoch = max(lz.epoch+1, latest+1, uint64(lz.l.timeOf(now).UnixNano()))
-		lz.seq, lz.answered = 1, false
-		c.resendAt = now
-		lz.mu.Unlock()
-		lz.log.Warn("spender: allocator refused our epoch or sequence; starting a new epoch", "method", c.method(), "epoch", lz.epoch, "err", err)
-		return false
+		return lease.Failure{Kind: lease.FailStale, Latest: latest, StaleEpoch: staleEpoch}
 	}
 	// An attempt we stopped waiting for is a slow allocator (or a lost
 	// message) until the call has gone unanswered as long as a waiter may
-	// wait: the slow-path deadline plus the call timeout. A failure the
-	// network or the allocator reported is an outage sooner. A refused
-	// credential is at once: retrying soon will not change the allocator's
-	// mind, and admitting by the fallback policy would hide the
-	// misconfiguration, so Reserves that need the allocator fail naming it
-	// (the call is still retried with backoff: a credential the allocator
-	// accepts again ends it).
-	tune := lz.cfg.tuning
-	cut := errors.Is(err, ErrAttemptTimedOut)
+	// wait; a failure the network or the allocator reported is an outage
+	// sooner.
 	code := connect.CodeOf(err)
-	refused := code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied
-	if !cut {
-		c.fails++
-	}
-	jitter := time.Duration(lz.rng.Int64N(int64(c.backoff)/2 + 1))
-	c.resendAt = now.Add(c.backoff/2 + jitter)
-	c.backoff = min(2*c.backoff, max(time.Second, lz.leaseTTL()/4))
-	age := now.Sub(c.sent)
-	unreachable := refused || age >= tune.SlowPathDeadline+tune.CallTimeout ||
-		!cut && (c.fails >= 3 || age >= tune.SlowPathDeadline)
-	lz.mu.Unlock()
-	if unreachable {
-		down := fmt.Errorf("%w: %w", ErrAllocatorUnreachable, err)
-		if refused {
-			down = fmt.Errorf("%w: %w", ErrCredentialRefused, err)
-		}
-		lz.setFallback(true, down) // before the waiters look again
-		lz.giveUp(c, now)
-	}
-	return false
+	return lease.Failure{Kind: lease.FailTransport, Cut: errors.Is(err, ErrAttemptTimedOut),
+		Refused: code == connect.CodeUnauthenticated || code == connect.CodePermissionDenied}
 }
 
 // dropLocked gives c up for good (with lz.mu held, which it releases):
@@ -432,12 +392,12 @@ func (lz *leaser) dropLocked(c *LeaseCall, now bucket.Instant, msg string, err e
 	lz.checkFlushes()
 }
 
-// rejectKeyLocked takes entry i out of c, which the allocator refused as
+// takeOutLocked takes entry i out of c, which the allocator refused as
 // invalid for that key alone (with lz.mu held, which it releases). Nothing
 // in c was applied: the key fails with the allocator's reason and is not
-// asked for again until its limits change; the rest of c is sent again at
-// once, as a new call.
-func (lz *leaser) rejectKeyLocked(c *LeaseCall, i int, reason string, now bucket.Instant) {
+// asked for again until its limits change; the rest of c (unless emptied)
+// is sent again at once, as a new call.
+func (lz *leaser) takeOutLocked(c *LeaseCall, i int, reason string, emptied bool, now bucket.Instant) {
 	var st *keyState
 	var wait chan struct{}
 	var job *aheadJob
@@ -451,12 +411,8 @@ func (lz *leaser) rejectKeyLocked(c *LeaseCall, i int, reason string, now bucket
 		c.waits = slices.Delete(c.waits, i, i+1)
 		c.acquire.Keys = slices.Delete(c.acquire.Keys, i, i+1)
 	}
-	empty := c.size() == 0
-	if empty {
+	if emptied {
 		lz.call = nil
-	} else {
-		lz.seq++ // another body: another sequence
-		c.resendAt = now
 	}
 	lz.mu.Unlock()
 	rej := fmt.Errorf("%w %q: %s", ErrKeyRejected, st.key, reason)
@@ -474,22 +430,10 @@ func (lz *leaser) rejectKeyLocked(c *LeaseCall, i int, reason string, now bucket
 	if wait != nil {
 		close(wait)
 	}
-	if empty {
+	if emptied {
 		lz.checkFlushes()
 	}
 	lz.wake()
-}
-
-// duplicateLocked stops the machine's calls for good (with lz.mu held,
-// which it releases): the allocator moved our id to epoch latest while our
-// calls in this epoch were being answered, so another live process has
-// our id. Taking it back would only make the two refuse each other in
-// turn; this one serves its leases, then its fallback policy, and reports
-// the duplicate in Ready and Close.
-func (lz *leaser) duplicateLocked(c *LeaseCall, now bucket.Instant, latest uint64, err error) {
-	lz.stopLocked(c, now, fmt.Errorf("%w: id %q is in epoch %d at the allocator, ours is %d; give every process its own id: %w",
-		ErrDuplicateSpender, lz.id, latest, lz.epoch, err),
-		"spender: another live process uses our spender id; no more allocator calls from this one (leases, then the fallback policy)")
 }
 
 // stopLocked stops the machine's calls for good (with lz.mu held, which it
@@ -498,10 +442,11 @@ func (lz *leaser) duplicateLocked(c *LeaseCall, now bucket.Instant, latest uint6
 func (lz *leaser) stopLocked(c *LeaseCall, now bucket.Instant, stop error, msg string) {
 	lz.dup = stop
 	lz.call = nil
+	caller := lz.core.Caller()
 	lz.mu.Unlock()
-	lz.log.Error(msg, "spender_id", lz.id, "epoch", lz.epoch, "err", stop)
+	lz.log.Error(msg, "spender_id", caller.ID, "epoch", caller.Epoch, "err", stop)
 	lz.giveUp(c, now)
-	lz.setFallback(true, lz.dup)
+	lz.setFallback(true, stop)
 	lz.checkFlushes()
 }
 
@@ -512,7 +457,7 @@ func (lz *leaser) ready() error {
 	switch {
 	case lz.dup != nil:
 		return lz.dup
-	case lz.fallback.Load():
+	case lz.fallback():
 		return lz.down
 	}
 	return nil
@@ -521,7 +466,7 @@ func (lz *leaser) ready() error {
 // refusedCredential is the allocator's refusal of this spender's
 // credential while it lasts (ErrCredentialRefused), nil otherwise.
 func (lz *leaser) refusedCredential() error {
-	if !lz.fallback.Load() {
+	if !lz.fallback() {
 		return nil
 	}
 	lz.mu.Lock()
@@ -532,16 +477,16 @@ func (lz *leaser) refusedCredential() error {
 	return nil
 }
 
-// awaitingAnswer reports whether st's key is queued for, or carried by, a
-// call that has not failed (the caller holds st's shard lock): the
-// allocator is slow, not known to be unreachable.
+// awaitingAnswer reports whether k is queued for, or carried by, a call
+// that has not failed (the caller holds k's shard lock): the allocator is
+// slow, not known to be unreachable.
 func (lz *leaser) awaitingAnswer(k *lease.Key) bool {
 	if !k.Queued() && !k.InCall() {
 		return false
 	}
 	lz.mu.Lock()
 	defer lz.mu.Unlock()
-	return lz.call == nil || lz.call.fails == 0
+	return !lz.core.Failing()
 }
 
 // logFallback logs fallback admissions at most once a second, with their
@@ -571,13 +516,16 @@ func (lz *leaser) giveUp(c *LeaseCall, now bucket.Instant) {
 	for _, j := range c.jobs {
 		j.finish(nil, now, ErrAllocatorUnreachable)
 	}
+	lz.mu.Lock()
+	dropped := lz.call != c // the keys are no longer in a call
+	lz.mu.Unlock()
 	for i, st := range c.keys {
-		sh := st.sh
-		sh.mu.Lock()
-		if lz.call != c { // dropped: the keys are no longer in a call
+		if dropped {
+			sh := st.sh
+			sh.mu.Lock()
 			st.lk.SetInCall(false)
+			sh.mu.Unlock()
 		}
-		sh.mu.Unlock()
 		if w := c.waits[i]; w != nil {
 			close(w)
 			c.waits[i] = nil
@@ -587,19 +535,15 @@ func (lz *leaser) giveUp(c *LeaseCall, now bucket.Instant) {
 
 // finishAcquire applies the answer to c and wakes its waiters.
 func (lz *leaser) finishAcquire(c *LeaseCall, resp *leasev1.AcquireResponse, recv bucket.Instant) {
-	ttl := time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond
-	expiry := c.sent.Add(ttl)
-	if ttl > 0 {
-		lz.ttl.Store(int64(ttl))
-	}
-	env := lz.env()
+	expiry := c.lc.Sent().Add(leaseTTLOf(resp))
+	env := *lz.env.Load()
 	for i, st := range c.keys {
 		req, g := c.acquire.GetKeys()[i], fromKeyGrant(resp.GetKeys()[i])
 		en := lease.Entry{Limits: leasewire.LimitsOf(req.GetLimits()), Need: leasewire.AmountOf(req.GetNeed()), Demand: leasewire.AmountOf(req.GetDemand())}
 		sh := st.sh
 		sh.mu.Lock()
 		st.lk.SetInCall(false)
-		env.Apply(st.lk, &en, &g, c.sent, expiry, recv)
+		env.Apply(st.lk, &en, &g, c.lc.Sent(), expiry, recv)
 		sh.mu.Unlock()
 		if g.Active > lz.maxActive.Load() {
 			lz.maxActive.Store(g.Active)
@@ -610,6 +554,11 @@ func (lz *leaser) finishAcquire(c *LeaseCall, resp *leasev1.AcquireResponse, rec
 			c.waits[i] = nil
 		}
 	}
+}
+
+// leaseTTLOf is the lease TTL an Acquire's answer names.
+func leaseTTLOf(resp *leasev1.AcquireResponse) time.Duration {
+	return time.Duration(resp.GetLeaseTtlUs()) * time.Microsecond
 }
 
 // finishAhead hands each job its reservation; one whose waiter gave up is
@@ -649,14 +598,21 @@ func (j *aheadJob) finish(r *lease.Reserved, recv bucket.Instant, err error) {
 // ErrAllocatorUnreachable, ErrCredentialRefused or ErrDuplicateSpender),
 // logging and counting each switch once.
 func (lz *leaser) setFallback(on bool, err error) {
+	lz.mu.Lock()
 	if on {
-		lz.mu.Lock()
 		lz.down = err
-		lz.mu.Unlock()
 	}
-	if lz.fallback.Swap(on) == on {
-		return
+	changed := lz.core.SetFallback(on)
+	lz.publishLocked()
+	lz.mu.Unlock()
+	if changed {
+		lz.fallbackSwitched(on, err)
 	}
+}
+
+// fallbackSwitched logs and counts a switch into the fallback (on, for the
+// reason err) or out of it.
+func (lz *leaser) fallbackSwitched(on bool, err error) {
 	lz.cfg.metrics.setFallback(on)
 	switch {
 	case on && errors.Is(err, ErrCredentialRefused):
@@ -674,44 +630,24 @@ func (lz *leaser) setFallback(on bool, err error) {
 // returns waiting on an idle key are queued.
 func (lz *leaser) tick(now bucket.Instant) {
 	lz.mu.Lock()
-	due := now >= lz.nextTick
-	if due {
-		lz.nextTick = now.Add(lz.cfg.tuning.MaintenanceInterval)
-	}
+	due := lz.core.Tick(now)
 	lz.mu.Unlock()
 	if due {
 		lz.maintain(now, false)
 	}
 }
 
-// nextWake is when the machine next needs to run: maintenance, the end of
-// the batching window, or a call's resend. A driver that has nothing to
-// send sleeps until then (or until something is queued).
+// nextWake is when the machine next needs to run (lease.Calls.NextWake).
 func (lz *leaser) nextWake(now bucket.Instant) bucket.Instant {
 	lz.mu.Lock()
 	defer lz.mu.Unlock()
-	at := lz.nextTick
-	if lz.dup != nil {
-		// No call is ever sent again: queued keys (a share's renewal, a
-		// refresh) must not wake the driver now, over and over.
-		return at
-	}
-	switch c := lz.call; {
-	case c != nil && !c.inFlight:
-		at = min(at, c.resendAt)
-	case c != nil:
-	case len(lz.queue) > 0 && lz.urgent, len(lz.aheads) > 0:
-		at = now
-	case len(lz.queue) > 0:
-		at = min(at, lz.queuedAt.Add(lz.cfg.tuning.BatchWindow))
-	}
-	return at
+	return lz.core.NextWake(now)
 }
 
 // maintain scans every key. With force, every key with anything to report
 // is queued.
 func (lz *leaser) maintain(now bucket.Instant, force bool) {
-	env := lz.env()
+	env := *lz.env.Load()
 	soon := now.Add(2*lz.cfg.tuning.MaintenanceInterval + env.Lead)
 	var held int
 	var shareRate [2]float64 // requests, tokens per minute held in shares
@@ -755,7 +691,7 @@ func (lz *leaser) flush(now bucket.Instant) (<-chan struct{}, error) {
 		return nil, lz.dup
 	}
 	lz.flushes = append(lz.flushes, ch)
-	lz.urgent = true
+	lz.core.Urge()
 	lz.mu.Unlock()
 	lz.checkFlushes()
 	lz.wake()
@@ -766,7 +702,7 @@ func (lz *leaser) flush(now bucket.Instant) (<-chan struct{}, error) {
 func (lz *leaser) checkFlushes() {
 	lz.mu.Lock()
 	defer lz.mu.Unlock()
-	if lz.call != nil || len(lz.queue) > 0 || len(lz.aheads) > 0 {
+	if !lz.core.Idle() {
 		return
 	}
 	for _, f := range lz.flushes {
@@ -802,8 +738,8 @@ func (lz *leaser) release(now bucket.Instant) *leasev1.ReleaseRequest {
 		sh.mu.Unlock()
 	}
 	lz.mu.Lock()
-	lz.seq++
-	req.Caller = &leasev1.Caller{SpenderId: lz.id, Epoch: lz.epoch, Sequence: lz.seq}
+	caller := lz.core.Release()
 	lz.mu.Unlock()
+	req.Caller = &leasev1.Caller{SpenderId: caller.ID, Epoch: caller.Epoch, Sequence: caller.Seq}
 	return req
 }

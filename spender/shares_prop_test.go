@@ -190,7 +190,7 @@ func propShareBound(t *testing.T, seed uint64, steps int) {
 				continue
 			}
 			now := l.now()
-			resp := answer(c.acquire, now, c.sent)
+			resp := answer(c.acquire, now, c.lc.Sent())
 			m.Deliver(c, resp, nil)
 			note("answered %v", resp)
 		}
