@@ -43,10 +43,11 @@
 // # Leased mode
 //
 // With WithLeases, a key's budget is global, held by an allocator; the
-// Limiter admits only what it was granted. Its lease logic is one state
-// machine that takes the time as an input and does no I/O; one goroutine
-// moves it, sending its calls over the LeaseSource and sleeping on the
-// Clock until the machine next needs it. A Reserve whose lease cannot
+// Limiter admits only what it was granted. Its lease rules are one pure
+// core (spender/internal/lease) that takes the time as an input and does
+// no I/O; one goroutine drives it, sending its calls over the LeaseSource
+// and sleeping on the Clock until the core next needs it (a DrivingSource,
+// such as the simulator, drives it itself through Machine). A Reserve whose lease cannot
 // cover its cost waits, on the Clock, for the allocator's answer or the
 // slow-path deadline (LeaseTuning), after which the fallback policy
 // decides. Close returns the unspent leases. DialAllocator is the network

@@ -89,7 +89,7 @@ const (
 // judgeLocked applies the leased path's rules to c on st at now (the
 // shard locked), changing no budget but crediting the key's share accrued
 // so far: the lease covers it; the spender knows when the key can admit it
-// (refusalLocked) or the cost can never fit (refuse, with the error); the
+// (lease.Env.Judge) or the cost can never fit (refuse, with the error); the
 // allocator is unreachable, or w is past its deadline without an answer
 // under way (the fallback policy decides: fallbackCheckLocked); or the
 // allocator must be asked. An error is a key the allocator rejected, or a
