@@ -136,9 +136,15 @@ type MachineCounts struct {
 
 // Counts returns what the machine has done so far.
 func (m *Machine) Counts() MachineCounts {
-	lz := m.d.lz
-	return MachineCounts{KeysHeld: int(lz.keysHeld.Load()), FallbackAdmissions: lz.fallbackAdmits.Load(),
-		ShareAccrued: ration.Amount{Requests: lz.accruedReq.Load(), Tokens: lz.accruedTok.Load()}}
+	n := MachineCounts{KeysHeld: int(m.d.lz.keysHeld.Load())}
+	for i := range m.d.l.shards {
+		sh := &m.d.l.shards[i]
+		sh.mu.Lock()
+		n.FallbackAdmissions += sh.fallbackAdmits
+		n.ShareAccrued = n.ShareAccrued.Add(sh.accrued)
+		sh.mu.Unlock()
+	}
+	return n
 }
 
 // Acquire is the call's body if it is an Acquire, nil otherwise.

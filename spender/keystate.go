@@ -21,9 +21,10 @@ type keyState struct {
 	// wait is closed when the next Acquire carrying a leased key ends (nil
 	// while no Reserve waits for one).
 	wait chan struct{}
-	// kl is an immutable copy of the limits (and, standalone, of the
-	// buckets' parameters) that reservations point to for their Status; a
-	// limit change makes a new one.
+	// kl is an immutable copy of a standalone key's limits and buckets'
+	// parameters that reservations point to for their Status; a limit
+	// change makes a new one. (A leased key's reservations keep its
+	// lease.Basis.)
 	kl *keyLimits
 	// dead is set when the shard dropped this state (its buckets were full);
 	// a reservation that still points here looks the key up again.
@@ -38,14 +39,14 @@ type keyState struct {
 // leased key in a smaller size class).
 func (st *keyState) hash() uint64 { return maphash.String(st.sh.l.seed, st.key) }
 
-// keyLimits is an immutable copy of a key's limits and, for a standalone
-// key, of its buckets' fixed-point parameters (their levels are not used).
+// keyLimits is an immutable copy of a standalone key's limits and of its
+// buckets' fixed-point parameters (their levels are not used).
 // A Reservation keeps a pointer to it and the levels it left, and computes
 // its Status only when asked, without the key's lock: admission does no
 // division for headers nobody may read.
 type keyLimits struct {
 	lim     ration.Limits
-	buckets *[2]bucket.Bucket // requests, tokens; nil for a leased key, whose Status needs only lim
+	buckets *[2]bucket.Bucket // requests, tokens
 }
 
 // standaloneLimits is a standalone key's keyLimits with its bucket copies,

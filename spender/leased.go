@@ -99,7 +99,7 @@ const (
 func (lz *leaser) judgeLocked(st *keyState, c ration.Amount, now bucket.Instant, w *waiter) (verdict, *RejectError, error) {
 	env := lz.env.Load()
 	covered, ref, accrued, err := env.Judge(st.lk, c, now)
-	lz.accrued(accrued)
+	lz.accruedLocked(st.sh, accrued)
 	switch {
 	case err != nil:
 		return 0, nil, err
@@ -211,7 +211,7 @@ func (lz *leaser) fallbackLocked(st *keyState, c ration.Amount, now bucket.Insta
 		return nil, rej
 	}
 	st.lk.FallbackAdmit(c, now, lease.Policy(lz.cfg.policy))
-	lz.fallbackAdmits.Add(1)
+	st.sh.fallbackAdmits++
 	m.admit(pathFallback)
 	lz.logFallback(st.key, now)
 	return newLeasedReservation(st, c, now, pathFallback, 0), nil
@@ -260,25 +260,28 @@ func leasedStatus(lim ration.Limits, req, tok int64) Status {
 
 // leasedReservation is a leased Limiter's Reservation.
 type leasedReservation struct {
-	st   *keyState
-	kl   *keyLimits // the key's limits at admission
-	cost ration.Amount
-	rem  [2]int64 // requests and tokens remaining right after admission; with kl, the Status
-	gen  uint32   // the lease generation it was admitted from
-	path admitPath
-	done bool // guarded by st.sh.mu
+	st    *keyState
+	basis *lease.Basis // the key's limits and snapshot at admission
+	cost  ration.Amount
+	avail ration.Amount  // the lease right after admission; with basis and at, the Status
+	at    bucket.Instant // the admission
+	gen   uint32         // the lease generation it was admitted from
+	path  admitPath
+	done  bool // guarded by st.sh.mu
 }
 
 // newLeasedReservation returns the Reservation for c, admitted at now on
 // path from lease generation gen. Call it with the shard locked, after the
-// spend.
+// spend. It keeps what its Status needs, computed when asked.
 func newLeasedReservation(st *keyState, c ration.Amount, now bucket.Instant, path admitPath, gen uint32) *leasedReservation {
-	r := &leasedReservation{st: st, kl: st.kl, cost: c, path: path, gen: gen}
-	r.rem[0], r.rem[1] = st.lk.Remaining(now)
-	return r
+	return &leasedReservation{st: st, basis: st.lk.Basis(), cost: c, avail: st.lk.Avail(), at: now, path: path, gen: gen}
 }
 
-func (r *leasedReservation) Status() Status { return leasedStatus(r.kl.lim, r.rem[0], r.rem[1]) }
+// Status is the key's status right after the admission.
+func (r *leasedReservation) Status() Status {
+	req, tok := r.basis.Remaining(r.avail, r.at)
+	return leasedStatus(r.basis.Lim, req, tok)
+}
 
 func (r *leasedReservation) Cancel() { r.settle(ration.Amount{}, true) }
 

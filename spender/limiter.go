@@ -55,6 +55,10 @@ type shard struct {
 	keys     keyTable
 	sweepAt  bucket.Instant // sweep when the clock reaches this
 	sweepLen int            // or when keys.n reaches this
+	// Leased: what the shard's keys' shares credited to their leases, and
+	// their admissions under the fallback policy (Machine.Counts).
+	accrued        ration.Amount
+	fallbackAdmits int64
 }
 
 const minSweepLen = 64
@@ -212,13 +216,13 @@ func (sh *shard) lookupLocked(h uint64, key string, lim ration.Limits, now bucke
 	}
 	switch {
 	case st == nil && sh.l.lz != nil:
-		st = &keyState{sh: sh, key: key, Buckets: lease.Buckets{Lim: lim}, kl: &keyLimits{lim: lim}, lk: lease.NewKey(key, lim, now)}
+		st = &keyState{sh: sh, key: key, Buckets: lease.Buckets{Lim: lim}, lk: lease.NewKey(key, lim, now)}
 		sh.keys.set(h, st)
 	case st == nil:
 		st = newKeyState(sh, key, lim, now)
 		sh.keys.set(h, st)
 	case st.lk != nil:
-		st.Lim, st.kl = lim, &keyLimits{lim: lim}
+		st.Lim = lim
 		st.lk.SetLimits(lim) // a new question for the allocator
 	default:
 		st.setLimits(lim, now)

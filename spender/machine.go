@@ -57,10 +57,9 @@ type leaser struct {
 	env       atomic.Pointer[lease.Env]
 	maxActive atomic.Uint32
 
-	// What the machine has done (Machine.Counts), as its Metrics count it.
-	keysHeld               atomic.Int64
-	fallbackAdmits         atomic.Int64
-	accruedReq, accruedTok atomic.Int64
+	// The keys held at the last maintenance (Machine.Counts; the shards
+	// count the rest).
+	keysHeld atomic.Int64
 }
 
 // aheadJob is a ReserveAt waiting for the allocator's reserve-ahead.
@@ -132,11 +131,11 @@ func (lz *leaser) publishLocked() {
 // fallback reports whether the allocator counts as unreachable.
 func (lz *leaser) fallback() bool { return lz.env.Load().Fallback }
 
-// accrued counts a share's accrual credited to a lease.
-func (lz *leaser) accrued(a ration.Amount) {
+// accruedLocked counts a share's accrual credited to a lease of a key in
+// sh (sh locked).
+func (lz *leaser) accruedLocked(sh *shard, a ration.Amount) {
 	if a != (ration.Amount{}) {
-		lz.accruedReq.Add(a.Requests)
-		lz.accruedTok.Add(a.Tokens)
+		sh.accrued = sh.accrued.Add(a)
 		lz.cfg.metrics.shareAccrued(a)
 	}
 }
@@ -246,11 +245,11 @@ func (lz *leaser) buildAcquire(keys []*keyState, env *lease.Env, now bucket.Inst
 		sh := st.sh
 		sh.mu.Lock()
 		en, accrued := env.Entry(st.lk, now)
+		lz.accruedLocked(sh, accrued)
 		c.acquire.Keys = append(c.acquire.Keys, toKeyAcquire(&en))
 		c.waits[i] = st.wait
 		st.wait = nil
 		sh.mu.Unlock()
-		lz.accrued(accrued)
 	}
 	return c
 }
@@ -659,7 +658,7 @@ func (lz *leaser) maintain(now bucket.Instant, force bool) {
 		}
 		for st := range sh.keys.all() {
 			h, rate, accrued, send := env.Scan(st.lk, now, soon, force)
-			lz.accrued(accrued)
+			lz.accruedLocked(sh, accrued)
 			shareRate[0] += rate[0]
 			shareRate[1] += rate[1]
 			if h {
@@ -729,7 +728,7 @@ func (lz *leaser) release(now bucket.Instant) *leasev1.ReleaseRequest {
 		sh.mu.Lock()
 		for st := range sh.keys.all() {
 			en, accrued, ok := st.lk.Release(now)
-			lz.accrued(accrued)
+			lz.accruedLocked(sh, accrued)
 			if ok {
 				req.Keys = append(req.Keys, &leasev1.KeyRelease{Key: en.Key, Limits: leasewire.NewLimits(en.Limits),
 					Returned: leasewire.NewAmount(en.Returned), Debt: leasewire.NewAmount(en.Debt)})

@@ -14,8 +14,13 @@ import (
 // never short. A Key is not safe for concurrent use: its owner's lock
 // guards it.
 type Key struct {
-	id  string
-	lim ration.Limits // the limits the key's last request carried
+	id       string
+	lim      ration.Limits // the limits the key's last request carried
+	capacity ration.Amount // lim's, derived when lim is set (the admit path reads it)
+	// basis is what Remaining reads besides the lease, made anew when the
+	// limits or the snapshot change, so that a reservation keeps it and
+	// computes its Status only when asked.
+	basis *Basis
 
 	expiry      bucket.Instant // when avail stops being spendable
 	avail       ration.Amount  // granted and unspent; spendable while now < expiry
@@ -85,8 +90,42 @@ type Key struct {
 // NewKey returns the state of key id at limits lim, first seen at now: no
 // lease, nothing to report.
 func NewKey(id string, lim ration.Limits, now bucket.Instant) *Key {
-	return &Key{id: id, lim: lim, lastUse: now}
+	k := &Key{id: id, lastUse: now}
+	k.setLimits(lim)
+	return k
 }
+
+// setLimits sets the key's limits and what derives from them.
+func (k *Key) setLimits(lim ration.Limits) {
+	k.lim, k.capacity = lim, lim.Capacity()
+	k.setBasis()
+}
+
+// Basis is what a key's Remaining reads besides its lease: its limits and
+// the global buckets as the last answer reported them. It is immutable (a
+// key makes a new one when either changes), so a reservation may keep it.
+type Basis struct {
+	Lim      ration.Limits
+	capacity ration.Amount
+	perUs    [2]float64 // each dimension's refill per microsecond (0 for an unlimited one)
+	snapRem  ration.Amount
+	snapAt   bucket.Instant
+	hasSnap  bool
+}
+
+// setBasis makes the key's Basis anew from its limits and snapshot.
+func (k *Key) setBasis() {
+	windowUs := float64(k.lim.Period() / time.Microsecond)
+	k.basis = &Basis{Lim: k.lim, capacity: k.capacity, perUs: [2]float64{float64(k.lim.RPM) / windowUs, float64(k.lim.TPM) / windowUs},
+		snapRem: k.snapRem, snapAt: k.snapAt, hasSnap: k.hasSnap}
+}
+
+// Basis returns what the key's Remaining reads besides its lease, for a
+// reservation to keep with Avail.
+func (k *Key) Basis() *Basis { return k.basis }
+
+// Avail returns the key's unspent lease (spendable while it is valid).
+func (k *Key) Avail() ration.Amount { return k.avail }
 
 // ID returns the key.
 func (k *Key) ID() string { return k.id }
@@ -97,7 +136,7 @@ func (k *Key) Limits() ration.Limits { return k.lim }
 // SetLimits records new limits from a request: a new question for the
 // allocator, so a key it rejected may ask again.
 func (k *Key) SetLimits(lim ration.Limits) {
-	k.lim = lim
+	k.setLimits(lim)
 	k.rejected = nil
 }
 
@@ -405,13 +444,13 @@ type Refusal struct {
 	Closed   bool  // refused by the FailClosed policy
 }
 
-// Oversize reports whether c can never fit lim, and in which dimension.
-func Oversize(lim ration.Limits, c ration.Amount) (Dim, bool) {
-	capacity := lim.Capacity()
-	if lim.RPM > 0 && c.Requests > capacity.Requests {
+// oversize reports whether c can never fit the key's limits, and in which
+// dimension.
+func (k *Key) oversize(c ration.Amount) (Dim, bool) {
+	if k.lim.RPM > 0 && c.Requests > k.capacity.Requests {
 		return Requests, true
 	}
-	if lim.TPM > 0 && c.Tokens > capacity.Tokens {
+	if k.lim.TPM > 0 && c.Tokens > k.capacity.Tokens {
 		return Tokens, true
 	}
 	return 0, false
@@ -426,7 +465,7 @@ func Oversize(lim ration.Limits, c ration.Amount) (Dim, bool) {
 // remaining" in its message or headers.
 func (k *Key) rejection(c ration.Amount, dim Dim, wait time.Duration, now bucket.Instant) *Refusal {
 	req, tok := k.Remaining(now)
-	if big, isBig := Oversize(k.lim, c); isBig {
+	if big, isBig := k.oversize(c); isBig {
 		return &Refusal{Dim: big, Oversize: true, Req: req, Tok: tok}
 	}
 	if dim == Requests {
@@ -451,6 +490,7 @@ func (k *Key) setSnapshot(sn *Snapshot, now bucket.Instant) {
 	}
 	k.snapRem, k.snapShared = sn.Remaining, sn.Shared
 	k.snapAt, k.hasSnap = now, true
+	k.setBasis()
 }
 
 // trimTo makes the lease agree with what the allocator says this spender
@@ -667,26 +707,26 @@ func (k *Key) Droppable(now bucket.Instant) bool {
 // (which the global bucket already counts as taken). With one spender
 // this is exact; with several, other spenders' unspent leases and spending
 // since the last answer are not seen.
-func (k *Key) Remaining(now bucket.Instant) (req, tok int64) {
-	lim := k.lim
-	age := float64(max(0, int64(now-k.snapAt)))
+func (k *Key) Remaining(now bucket.Instant) (req, tok int64) { return k.basis.Remaining(k.avail, now) }
+
+// Remaining is what a key with unspent lease avail on b has remaining at
+// now (see Key.Remaining).
+func (b *Basis) Remaining(avail ration.Amount, now bucket.Instant) (req, tok int64) {
+	age := float64(max(0, int64(now-b.snapAt)))
 	// Floating point suffices here: these numbers are what a client is
 	// told, never what is admitted.
-	windowUs := float64(lim.Period() / time.Microsecond)
-	dim := func(rate, limit, snapRem, avail int64) int64 {
-		perUs := float64(rate) / windowUs
+	dim := func(perUs float64, limit, snapRem, avail int64) int64 {
 		remaining := max(0, avail)
-		if k.hasSnap {
+		if b.hasSnap {
 			remaining += min(limit, max(0, snapRem)+int64(min(float64(limit), age*perUs)))
 		}
 		return min(limit, remaining)
 	}
-	capacity := lim.Capacity()
-	if lim.RPM > 0 {
-		req = dim(lim.RPM, capacity.Requests, k.snapRem.Requests, k.avail.Requests)
+	if b.Lim.RPM > 0 {
+		req = dim(b.perUs[0], b.capacity.Requests, b.snapRem.Requests, avail.Requests)
 	}
-	if lim.TPM > 0 {
-		tok = dim(lim.TPM, capacity.Tokens, k.snapRem.Tokens, k.avail.Tokens)
+	if b.Lim.TPM > 0 {
+		tok = dim(b.perUs[1], b.capacity.Tokens, b.snapRem.Tokens, avail.Tokens)
 	}
 	return req, tok
 }

@@ -19,7 +19,7 @@ func (e *Env) Judge(k *Key, c ration.Amount, now bucket.Instant) (covered bool, 
 	if k.rejected != nil {
 		return false, nil, ration.Amount{}, k.rejected
 	}
-	if dim, big := Oversize(k.lim, c); big {
+	if dim, big := k.oversize(c); big {
 		return false, k.rejection(c, dim, 0, now), ration.Amount{}, nil
 	}
 	accrued = k.accrue(now)
