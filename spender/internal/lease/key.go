@@ -170,6 +170,11 @@ type shareState struct {
 	// share would otherwise lose half a unit per renewal to rounding (4% of
 	// a gateway's part of 600 requests a minute among four).
 	carried, left ration.Remainder
+	// looked is the instant of the last look (if lookedSet): a look at the
+	// same instant, with the same share, can credit nothing more, and
+	// skips the arithmetic (a busy key looks several times a microsecond).
+	looked    bucket.Instant
+	lookedSet bool
 	// paused: a call carrying the key was sent and its answer not yet
 	// applied. Nothing accrues until an answer brings a new share, so that
 	// the held reported in that call stays the most this spender may hold.
@@ -210,11 +215,11 @@ func (k *Key) shares() *shareState {
 // kept, as everywhere in the lease.
 func (k *Key) accrue(now bucket.Instant) ration.Amount {
 	ss := k.ss
-	if ss == nil || ss.paused || ss.share.Zero() {
+	if ss == nil || ss.paused || ss.share.Zero() || ss.lookedSet && now == ss.looked {
 		return ration.Amount{}
 	}
 	total, left := ss.lim.AccruedCarry(ss.share, min(now, k.expiry).Sub(ss.from), ss.carried)
-	ss.left = left
+	ss.left, ss.looked, ss.lookedSet = left, now, true
 	delta := total.Sub(ss.credited).Positive()
 	if delta == (ration.Amount{}) {
 		return ration.Amount{}
@@ -249,7 +254,7 @@ func (k *Key) setShare(share ration.Share, burst ration.Amount, fair ration.Shar
 	if hasFair {
 		ss.fair = fair
 	}
-	ss.from, ss.sent, ss.credited, ss.paused = recv, sent, ration.Amount{}, false
+	ss.from, ss.sent, ss.credited, ss.paused, ss.lookedSet = recv, sent, ration.Amount{}, false, false
 	ss.carried = ss.left
 	ss.sentDem = dem
 }
