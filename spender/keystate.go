@@ -10,14 +10,18 @@ import (
 
 // keyState is one key's state. It is guarded by its shard's mutex.
 type keyState struct {
+	// key, lk, sh and next come first: with Lim, what a leased key's turn
+	// reads of its state, in one or two cache lines.
 	key string
+	// lk is the lease state of a leased Limiter's key (nil when
+	// standalone).
+	lk   *lease.Key
+	sh   *shard
+	next *keyState // the next state whose key has the same hash
 	// Buckets are a standalone key's pair of buckets (Lim, Req, Tok); a
 	// dimension whose rate is 0 has no bucket and is never consulted. A
 	// leased key keeps only its limits here: its budget is lk.
 	lease.Buckets
-	// lk is the lease state of a leased Limiter's key (nil when
-	// standalone).
-	lk *lease.Key
 	// wait is closed when the next Acquire carrying a leased key ends (nil
 	// while no Reserve waits for one).
 	wait chan struct{}
@@ -29,9 +33,6 @@ type keyState struct {
 	// dead is set when the shard dropped this state (its buckets were full);
 	// a reservation that still points here looks the key up again.
 	dead bool
-
-	sh   *shard
-	next *keyState // the next state whose key has the same hash
 }
 
 // hash returns the maphash of st's key under the Limiter's seed (not kept

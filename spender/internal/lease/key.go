@@ -14,6 +14,8 @@ import (
 // never short. A Key is not safe for concurrent use: its owner's lock
 // guards it.
 type Key struct {
+	// The fields an admission and a settlement touch come first, together,
+	// so that a key's turn costs as few cache lines as it can.
 	id       string
 	lim      ration.Limits // the limits the key's last request carried
 	capacity ration.Amount // lim's, derived when lim is set (the admit path reads it)
@@ -27,10 +29,23 @@ type Key struct {
 	outstanding ration.Amount  // admitted and not yet settled (counted as held)
 	lowWater    ration.Amount  // refresh when the lease falls below this plus a request
 	spentTotal  ration.Amount  // spent since the state was made, net of refunds
-	lastUse     bucket.Instant
-	gen         uint32 // moves on each time the lease is seen to expire
-	queued      bool   // waiting for the next Acquire
-	inCall      bool   // in the Acquire being sent
+	// reserved is what was reserved at admission since the state was made
+	// (spentTotal before refunds): a dimension that reserves far more than
+	// it uses asks for no share.
+	reserved ration.Amount
+	// lastCost is a request's cost recorded before the spend rate is
+	// known, to size the first asks (want).
+	lastCost ration.Amount
+	lastUse  bucket.Instant
+	// ss is the key's refill share and demand estimate; nil until the key
+	// first gets a share or refuses a request (most keys never do, and
+	// the state of every key stays small).
+	ss       *shareState
+	rejected error  // the allocator refused the key's entry as invalid (ErrKeyRejected)
+	gen      uint32 // moves on each time the lease is seen to expire
+	queued   bool   // waiting for the next Acquire
+	inCall   bool   // in the Acquire being sent
+	rated    bool   // the spend rate's rateAt and rateBase are set
 
 	// The key's global state as of the last answer, for headers: whole
 	// units left in the global buckets.
@@ -46,21 +61,11 @@ type Key struct {
 	// it when it holds less, so that the allocator's count is 0 too.
 	counted ration.Amount
 
-	// reserved is what was reserved at admission since the state was made
-	// (spentTotal before refunds): a dimension that reserves far more than
-	// it uses asks for no share.
-	reserved ration.Amount
-
-	// lastCost is a request's cost recorded before the spend rate is
-	// known, to size the first asks (want).
-	lastCost ration.Amount
-
 	// After NOT_COVERED: the global buckets cover the need from coveredAt
 	// (the allocator's exact wait), and the key answers locally until askAt
 	// (coveredAt, or a renewal period after the answer if sooner).
 	coveredAt, askAt bucket.Instant
-	shortDim         Dim   // the dimension that was short then
-	rejected         error // the allocator refused the key's entry as invalid (ErrKeyRejected)
+	shortDim         Dim // the dimension that was short then
 
 	waitMax ration.Amount // the largest cost a waiting Reserve needs
 	waitSum ration.Amount // the sum of the costs waiting Reserves need
@@ -68,7 +73,6 @@ type Key struct {
 	active uint32 // spenders holding a lease on the key, per the allocator
 
 	// Spend rate, estimated at each call from spentTotal.
-	rated            bool // rateAt and rateBase are set
 	rateAt           bucket.Instant
 	rateBase         ration.Amount
 	rateReq, rateTok float64 // per second
@@ -80,11 +84,6 @@ type Key struct {
 	// answer).
 	fb   *Buckets
 	fbOn bool
-
-	// ss is the key's refill share and demand estimate; nil until the key
-	// first gets a share or refuses a request (most keys never do, and
-	// the state of every key stays small).
-	ss *shareState
 }
 
 // NewKey returns the state of key id at limits lim, first seen at now: no
