@@ -34,7 +34,15 @@ func (l *Limiter) reserveLeased(now bucket.Instant, key string, lim ration.Limit
 		return nil, time.Time{}, nil, err
 	}
 	defer sh.mu.Unlock()
-	if w != nil && w.job != nil {
+	if w == nil {
+		// The common case first: a first ask the lease covers.
+		if r := lz.tryLeaseLocked(st, c, now); r != nil {
+			if !ahead {
+				return r, time.Time{}, nil, nil // Reserve has no send time
+			}
+			return r, l.timeOf(now), nil, nil
+		}
+	} else if w.job != nil {
 		return l.finishAheadLocked(st, c, now, w)
 	}
 	v, rej, err := lz.judgeLocked(st, c, now, w)
@@ -179,6 +187,18 @@ func (l *Limiter) finishAheadLocked(st *keyState, c ration.Amount, now bucket.In
 	return newLeasedReservation(st, c, now, pathAhead, 0), l.timeOf(at), nil, nil
 }
 
+// tryLeaseLocked admits c from st's lease if the lease covers it (see
+// lease.Env.TryAdmit), nil if the leased path's other rules must decide.
+func (lz *leaser) tryLeaseLocked(st *keyState, c ration.Amount, now bucket.Instant) Reservation {
+	env := lz.env.Load()
+	ok, refresh, accrued := env.TryAdmit(st.lk, c, now)
+	lz.accruedLocked(st.sh, accrued)
+	if !ok {
+		return nil
+	}
+	return lz.admittedLocked(st, c, now, pathLocal, refresh)
+}
+
 // admitLocked admits c from st's lease if it is valid and covers c,
 // queueing a refresh when the lease falls below its low watermark. It
 // returns nil when the lease cannot cover c.
@@ -188,6 +208,12 @@ func (lz *leaser) admitLocked(st *keyState, c ration.Amount, now bucket.Instant,
 	if !ok {
 		return nil
 	}
+	return lz.admittedLocked(st, c, now, path, refresh)
+}
+
+// admittedLocked is the Reservation of c, just admitted from st's lease
+// at now on path, queueing st for a refresh if the lease asks for one.
+func (lz *leaser) admittedLocked(st *keyState, c ration.Amount, now bucket.Instant, path admitPath, refresh bool) Reservation {
 	if refresh {
 		lz.enqueueLocked(st, false, now)
 	}

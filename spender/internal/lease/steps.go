@@ -36,9 +36,33 @@ func (e *Env) Admit(k *Key, c ration.Amount, now bucket.Instant) (ok, refresh bo
 	if !k.valid(now) || !k.covers(c) {
 		return false, false
 	}
+	return true, e.spend(k, c, now)
+}
+
+// TryAdmit is Judge and Admit at once for the common case: c admitted from
+// k's lease, which (with the share's accrual to now, credited and returned
+// either way) is valid and covers it, on a key the allocator did not
+// reject, for a cost that fits. Otherwise it admits nothing (ok false) and
+// Judge decides; a second look at the same instant accrues nothing more.
+func (e *Env) TryAdmit(k *Key, c ration.Amount, now bucket.Instant) (ok, refresh bool, accrued ration.Amount) {
+	if k.rejected != nil {
+		return false, false, ration.Amount{}
+	}
+	if _, big := k.oversize(c); big {
+		return false, false, ration.Amount{}
+	}
+	accrued = k.accrue(now)
+	if !k.valid(now) || !k.covers(c) {
+		return false, false, accrued
+	}
+	return true, e.spend(k, c, now), accrued
+}
+
+// spend takes c from k's lease and reports whether the key should be
+// queued for a refresh (see Admit).
+func (e *Env) spend(k *Key, c ration.Amount, now bucket.Instant) (refresh bool) {
 	k.spend(c, now)
-	refresh = !k.queued && !k.inCall && k.low(c) && (k.ss == nil || !k.shareRefills(c, now, e.fresh()))
-	return true, refresh
+	return !k.queued && !k.inCall && k.low(c) && (k.ss == nil || !k.shareRefills(c, now, e.fresh()))
 }
 
 // Ask records that a Reserve of c waits for the next Acquire carrying k.
