@@ -42,7 +42,7 @@ type collector struct {
 	late, early     int64   // refusals later than the ideal's wait by more than the slack; earlier than it
 	retries         int64   // the client's requests sent again after a refusal
 	retriesAdmitted int64
-	lastReq         []int64 // by instance: its last request, µs
+	lastEnd         []int64 // by instance: when its last request ended (settled or refused), µs
 	idlePending     []bool  // by instance: an idle check is scheduled
 	idleChecks      int64
 	idleHolding     int64       // checks at which the instance still held budget
@@ -84,7 +84,7 @@ func (c *collector) init(s *sim) {
 	c.bud = make([]budgetCol, len(s.budgets))
 	c.refresh = max(1, int64(s.cfg.Refresh/time.Microsecond))
 	c.pairSeen = make([]int64, len(s.budgets)*n)
-	c.lastReq, c.idlePending = make([]int64, n), make([]bool, n)
+	c.lastEnd, c.idlePending = make([]int64, n), make([]bool, n)
 	for i, b := range s.budgets {
 		lim := b.lim
 		bc := &c.bud[i]
