@@ -54,13 +54,18 @@ func (s *sim) told(id int32, rej *spender.RejectError) {
 		ra = s.cfg.retryAfter(ra)
 	}
 	r := &s.reqs[id]
-	s.col.onRefusal(ra, s.idealWaitNow(r))
+	ideal := s.idealWaitNow(r)
+	s.col.onRefusal(ra, ideal)
 	if !r.client {
 		return
 	}
-	at := s.now + int64(spender.RetryAfterSeconds(ra))*int64(time.Second/time.Microsecond)
+	wait := time.Duration(spender.RetryAfterSeconds(ra)) * time.Second
+	at := s.now + int64(wait/time.Microsecond)
 	if at >= s.end {
 		return
+	}
+	if wait < ideal {
+		s.col.retriesEarly++
 	}
 	// The one client has one request out at a time: what it sends again
 	// waits here, not in a request slot (allocating one now could move

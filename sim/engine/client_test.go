@@ -22,7 +22,9 @@ func shortDay(t *testing.T) Config {
 // on one instance is one bucket) tells every refused client the ideal's
 // exact wait, so the oracle finds no error, and a client alone that comes
 // back ⌈Retry-After⌉ later is always admitted; beside other traffic at 2×
-// another request takes the budget first now and then. Nothing is held
+// another request takes the budget first now and then. No retry is sent
+// early, and the ideal offered each retry admits exactly those the fleet
+// admits. Nothing is held
 // by idle gateways (there is no allocator). The per-day window is
 // simulated on its own time scale: the client admits what the limit
 // allows, C + rho*t, to within a request.
@@ -45,6 +47,9 @@ func TestClientContractOfTheIdeal(t *testing.T) {
 			if !ok || share < tc.min {
 				t.Errorf("%d of %d honoured retries admitted, want at least %.0f%%", r.RetriesAdmitted, r.Retries, 100*tc.min)
 			}
+			if r.RetriesEarly != 0 || r.RetriesIdeal != r.RetriesAdmitted {
+				t.Errorf("%d retries sent early, the ideal admitted %d of them where the fleet admitted %d; want 0 early and the same", r.RetriesEarly, r.RetriesIdeal, r.RetriesAdmitted)
+			}
 			if r.Refusals < r.Retries || r.RetryErrP50 != 0 || r.RetryErrP99 != 0 || r.RetryLate != 0 || r.RetryEarly != 0 {
 				t.Errorf("%d refusals: Retry-After minus the ideal's wait %v at p50, %v at p99, %.3f late, %.3f early; want all 0",
 					r.Refusals, r.RetryErrP50, r.RetryErrP99, r.RetryLate, r.RetryEarly)
@@ -62,8 +67,8 @@ func TestClientContractOfTheIdeal(t *testing.T) {
 
 // TestClientContractCatchesAWrongRetryAfter: a gateway that names half
 // the wait sends its client back early, where the ideal refuses it again:
-// every refusal is early, the median error negative, and fewer than 95%
-// of the retries are admitted. One that names twice the wait plus 5 s
+// every refusal is early, the median error negative, most retries are
+// counted as sent early, and fewer than 95% of the retries are admitted. One that names twice the wait plus 5 s
 // is late on every refusal, with a positive median, though its client is
 // admitted when it comes back.
 func TestClientContractCatchesAWrongRetryAfter(t *testing.T) {
@@ -79,14 +84,14 @@ func TestClientContractCatchesAWrongRetryAfter(t *testing.T) {
 			t.Parallel()
 			r := mustRun(t, Config{Scenario: scenario(t, "client"), Strategy: Sticky, Seed: 3, retryAfter: tc.wrong})
 			share, _ := r.RetriedAdmitted()
-			t.Logf("%d refusals: %.3f early, %.3f late, error %v at p50; %d of %d retries admitted", r.Refusals, r.RetryEarly, r.RetryLate, r.RetryErrP50, r.RetriesAdmitted, r.Retries)
+			t.Logf("%d refusals: %.3f early, %.3f late, error %v at p50; %d of %d retries admitted, %d sent early", r.Refusals, r.RetryEarly, r.RetryLate, r.RetryErrP50, r.RetriesAdmitted, r.Retries, r.RetriesEarly)
 			if tc.early {
-				if r.RetryEarly < 0.99 || r.RetryErrP50 >= 0 || share >= 0.95 {
+				if r.RetryEarly < 0.99 || r.RetryErrP50 >= 0 || share >= 0.95 || r.RetriesEarly < r.Retries/2 {
 					t.Errorf("a Retry-After of half the wait was not caught as early")
 				}
 				return
 			}
-			if r.RetryLate != 1 || r.RetryErrP50 <= 5*time.Second || share != 1 {
+			if r.RetryLate != 1 || r.RetryErrP50 <= 5*time.Second || share != 1 || r.RetriesEarly != 0 {
 				t.Errorf("a Retry-After of twice the wait plus 5 s was not caught as late")
 			}
 		})

@@ -14,10 +14,13 @@ import (
 // cases they are stated for: a client alone on the 3 RPM key with 1 and
 // 8 gateways, and on a per-day key (here 5 per half hour, over an hour
 // and a half), has at least 95% of its honoured retries admitted;
-// beside other traffic at 2× with 8 and 64 gateways, at least 90%; at the
+// beside other traffic at 2× with 8 and 64 gateways, at least 90%, or,
+// with no retry sent early, within a point of what the ideal admits of
+// the same retries (seed 5: 89.9% for leased, as the ideal); at the
 // median, Retry-After is within 1 s + 10% of the ideal's exact wait; and
-// a gateway that has gone a TTL without a request holds nothing. Half
-// an hour of each (the scenarios' own hour would double the cost).
+// a gateway that has gone a TTL since its last request ended holds
+// nothing. Half an hour of each (the scenarios' own hour would double
+// the cost).
 func TestFleetKeepsTheClientContract(t *testing.T) {
 	scenario := func(name string) engine.Scenario {
 		sc, err := engine.ScenarioByName(name)
