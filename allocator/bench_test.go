@@ -18,6 +18,7 @@ import (
 	"connectrpc.com/connect/v2/connecthttp"
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/allocator/ledger"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
@@ -27,10 +28,10 @@ import (
 
 var benchLimits = ration.Limits{RPM: 1_000_000_000, TPM: 1_000_000_000_000}
 
-func benchKeys(n int, prefix string) []allocator.AcquireKey {
-	keys := make([]allocator.AcquireKey, n)
+func benchKeys(n int, prefix string) []ledger.AcquireKey {
+	keys := make([]ledger.AcquireKey, n)
 	for i := range keys {
-		keys[i] = allocator.AcquireKey{Key: fmt.Sprintf("%s-key-%03d", prefix, i), Limits: benchLimits,
+		keys[i] = ledger.AcquireKey{Key: fmt.Sprintf("%s-key-%03d", prefix, i), Limits: benchLimits,
 			Want: ration.Amount{Requests: 1, Tokens: 100}, Held: ration.Amount{Requests: 1 << 40, Tokens: 1 << 40},
 			SpendRate: ration.Amount{Requests: 60, Tokens: 6000}}
 	}
@@ -85,7 +86,7 @@ func BenchmarkLedgerAcquire(b *testing.B) {
 				var seq uint64
 				for pb.Next() {
 					seq++
-					if _, err := l.Acquire(context.Background(), allocator.Caller{SpenderID: id, Epoch: 1, Sequence: seq}, keys); err != nil {
+					if _, err := l.Acquire(context.Background(), ledger.Caller{SpenderID: id, Epoch: 1, Sequence: seq}, keys); err != nil {
 						b.Fatal(err)
 					}
 				}

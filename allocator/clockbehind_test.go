@@ -62,7 +62,7 @@ func TestReplicatedLeaderWaitsForItsClock(t *testing.T) {
 			if _, err := refSvc.Acquire(ctx, drain); err != nil {
 				t.Fatal(err)
 			}
-			m.converge(ref.state.Snapshot())
+			m.converge(memoryOf(ref).state.Snapshot())
 			m.kill(lead)
 
 			// The next leader's clock reads t0: skew behind. A reservation
@@ -103,7 +103,7 @@ func TestReplicatedLeaderWaitsForItsClock(t *testing.T) {
 					if got = <-answered; connect.CodeOf(got.err) != connect.CodeUnavailable || !errors.Is(got.err, ErrClosed) {
 						t.Fatalf("closed while waiting for its clock: %v %v, want Unavailable, ErrClosed", got.r, got.err)
 					}
-					m.converge(ref.state.Snapshot()) // nothing applied
+					m.converge(memoryOf(ref).state.Snapshot()) // nothing applied
 					return
 				}
 				clocks[next].Advance(skew)
@@ -116,7 +116,7 @@ func TestReplicatedLeaderWaitsForItsClock(t *testing.T) {
 				}
 				for i, l := range m.led {
 					if !m.down[i] {
-						if st, _ := l.Node().FSM().StateSnapshot(); string(st) != string(ref.state.Snapshot()) {
+						if st, _ := l.Node().FSM().StateSnapshot(); string(st) != string(memoryOf(ref).state.Snapshot()) {
 							t.Fatalf("member %d applied something for the refused call", i)
 						}
 					}
@@ -144,7 +144,7 @@ func TestReplicatedLeaderWaitsForItsClock(t *testing.T) {
 			if end, reserved := clocks[next].Now().Add(wait), t0.Add(skew+5*time.Second); end.Before(reserved) {
 				t.Fatalf("told to wait %v at %v: ends %v before the reserved instant", wait, clocks[next].Now(), reserved.Sub(end))
 			}
-			m.converge(ref.state.Snapshot())
+			m.converge(memoryOf(ref).state.Snapshot())
 			if a := m.led[next].Node().FSM().AppliedNow(); a != ledger.InstantOf(t0.Add(skew)) {
 				t.Fatalf("the ledger's latest instant %d, want %d (t0+skew)", a, ledger.InstantOf(t0.Add(skew)))
 			}

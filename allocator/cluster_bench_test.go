@@ -74,7 +74,7 @@ func sourceCalls(b *testing.B, members string) func(string) func(uint64) error {
 type loopbackCluster struct {
 	b     *testing.B
 	urls  []string
-	led   []*allocator.Ledger
+	led   []*allocator.Member
 	logs  []*countingLogs
 	w0    []int64 // each member's log writes when the cluster was ready
 	nanos []int64
@@ -124,12 +124,12 @@ func startLoopbackCluster(b *testing.B, n int) *loopbackCluster {
 		b.Cleanup(func() { bs.Close() }) // after the Ledger's Close (cleanups run last first)
 		logs := &countingLogs{BoltStore: bs}
 		l, err := allocator.NewReplicated(allocator.ClusterConfig{ID: s.ID, Transport: cluster.NewNetworkTransport(layers[i], nil),
-			APIURLs: apiURLs, Node: []cluster.Option{cluster.WithStores(logs, bs), cluster.WithFileSnapshots(filepath.Join(dir, "snapshots"), 2)}})
+			Node: []cluster.Option{cluster.WithStores(logs, bs), cluster.WithFileSnapshots(filepath.Join(dir, "snapshots"), 2), cluster.WithAPIURLs(apiURLs)}})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { l.Close() })
-		serveOn(b, api[i], allocator.NewService(l))
+		serveOn(b, api[i], allocator.NewService(l.Ledger))
 		c.led, c.logs = append(c.led, l), append(c.logs, logs)
 	}
 	if err := c.led[0].Node().Bootstrap(servers...); err != nil {

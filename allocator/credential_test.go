@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect/v2/connecthttp"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/internal/testkit"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
@@ -23,7 +24,7 @@ import (
 // sweep; its Release goes through.
 func TestCredentialsOverTheWire(t *testing.T) {
 	mux := http.NewServeMux()
-	l := newLedger(t, newFakeClock(), WithQuota(Quota{Sessions: 1, Keys: 2}))
+	l := newLedger(t, newFakeClock(), WithQuota(ledger.Quota{Sessions: 1, Keys: 2}))
 	Mount(mux, NewService(l), BearerAuth([]string{"token-a", "token-b"}, nil))
 	url := testkit.H2C(t, mux)
 	client := func(token string) leasev1connect.LeaseServiceClient {
@@ -78,7 +79,7 @@ func TestKeyLimitsHeldByTheAllocator(t *testing.T) {
 	l := newLedger(t, newFakeClock(), WithKeyLimits(func(key string) (ration.Limits, bool) { lim, ok := held[key]; return lim, ok }))
 	want := ration.Amount{Requests: 1000}
 	for i, lim := range []ration.Limits{{RPM: ration.MaxRate}, {RPM: 1}, {}} {
-		r, err := l.Acquire(ctx, caller("gw", 1, uint64(i+1)), []AcquireKey{{Key: "k", Limits: lim, Want: want}})
+		r, err := l.Acquire(ctx, caller("gw", 1, uint64(i+1)), []ledger.AcquireKey{{Key: "k", Limits: lim, Want: want}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,12 +88,12 @@ func TestKeyLimitsHeldByTheAllocator(t *testing.T) {
 			t.Fatalf("call with limits %+v: %+v, want the key's 60 RPM", lim, g)
 		}
 	}
-	_, err := l.Acquire(ctx, caller("gw", 1, 4), []AcquireKey{{Key: "k", Limits: ration.Limits{RPM: 60}}, {Key: "other", Limits: ration.Limits{RPM: 60}}})
-	var ie *InputError
+	_, err := l.Acquire(ctx, caller("gw", 1, 4), []ledger.AcquireKey{{Key: "k", Limits: ration.Limits{RPM: 60}}, {Key: "other", Limits: ration.Limits{RPM: 60}}})
+	var ie *ledger.InputError
 	if !errors.As(err, &ie) || ie.Field != "keys[1].key" {
 		t.Fatalf("a key the allocator does not hold: %v, want an InputError on keys[1].key", err)
 	}
-	if _, err := l.Release(ctx, caller("gw", 1, 4), []ReleaseKey{{Key: "other", Limits: ration.Limits{RPM: 60}, Debt: ration.Amount{Requests: 5}}}); err != nil {
+	if _, err := l.Release(ctx, caller("gw", 1, 4), []ledger.ReleaseKey{{Key: "other", Limits: ration.Limits{RPM: 60}, Debt: ration.Amount{Requests: 5}}}); err != nil {
 		t.Fatal(err)
 	}
 	if st := l.Stats(); st.Keys != 1 {

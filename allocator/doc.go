@@ -6,16 +6,25 @@
 // Instants in microseconds since the Unix epoch), the holdings of every
 // spender incarnation per key with their expiries, and each spender's
 // exactly-once record, changed only by applying commands that carry their
-// instant. This package runs it: a [Ledger] is a ledger.State behind a
-// mutex, applying each call at the clock's now, and, when opened with
-// [Open], a bbolt store that persists the records each call changed
-// (journal, group commit, checkpoints, recovery) before the call is
-// answered; when made with [NewReplicated], it is one member of a raft
-// cluster (package cluster) whose leader applies each call through the
-// replicated log. [Service] adapts a Ledger to the connect LeaseService
-// (Connect, gRPC and gRPC-Web) and is also the in-process entry point: it
-// implements leasev1connect.LeaseServiceHandler, whose method set is the
-// same as the generated client's, so a spender can be handed either.
+// instant. This package runs it: a [Ledger] applies each call through its
+// store, the one part that differs between its kinds: memory ([New]: a
+// ledger.State behind a mutex, applied at the clock's now), the bbolt
+// journal ([Open]: the same, answering once the records the call changed
+// are durable, with group commit, checkpoints and recovery) or the raft
+// log ([NewReplicated]: a [Member] of a cluster, package cluster, whose
+// leader applies each call through the replicated log). An option a kind
+// of Ledger has no use for is an error naming it. [Service] adapts a
+// Ledger to the connect LeaseService (Connect, gRPC and gRPC-Web) and is
+// also the in-process entry point: it implements
+// leasev1connect.LeaseServiceHandler, whose method set is the same as the
+// generated client's, so a spender can be handed either.
+//
+// The ledger's types (ledger.Caller, ledger.AcquireKey, the replies,
+// ledger.Policy, ledger.Quota, ...) and its errors (ledger.ErrInvalidArgument,
+// ledger.ErrStaleEpoch, ...) have one door, package ledger; a cluster's
+// (cluster.NotLeaderError, cluster.ErrOutcomeUnknown), package cluster.
+// This package has the shell's: the Ledger, its options and errors, the
+// Service, Mount, auth and metrics.
 //
 // # Guarantees
 //
@@ -40,12 +49,19 @@
 //     log entry holding it is committed by a majority of the cluster and
 //     applied on the member, so a granted lease survives the loss of any
 //     minority of members. Only the leader applies calls; another member
-//     answers a *[NotLeaderError] naming the leader's API URL, having
-//     applied nothing. A call whose outcome the leader could not learn
-//     ([ErrOutcomeUnknown]) is retried, the same call, at the new leader:
-//     the exactly-once records are replicated, so it is applied once.
-//   - Bad input is rejected with an *[InputError] naming the field, before
-//     anything changes.
+//     answers a *cluster.NotLeaderError naming the leader's API URL,
+//     having applied nothing. A call whose outcome the leader could not
+//     learn (cluster.ErrOutcomeUnknown) is retried, the same call, at the
+//     new leader: the exactly-once records are replicated, so it is
+//     applied once.
+//   - A call whose context ends while it waits for its commit returns at
+//     once with an *[AbandonedError] saying whether it was applied (the
+//     journal: yes, durable with a later commit), not applied (a cluster
+//     call still queued) or unknown (a cluster call already proposed); a
+//     call whose context has ended is not applied. The same call sent
+//     again is applied once.
+//   - Bad input is rejected with a *ledger.InputError naming the field,
+//     before anything changes.
 //
 // # Caveats
 //

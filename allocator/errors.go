@@ -4,31 +4,13 @@ import (
 	"errors"
 
 	"github.com/rationhq/ration/allocator/cluster"
-	"github.com/rationhq/ration/allocator/ledger"
 )
 
-// Errors returned by the Ledger's calls, matched with errors.Is. The
+// Errors of the Ledger's shell, matched with errors.Is; the state
+// machine's own (bad input, stale calls, quotas) are package ledger's. The
 // connect service maps each to a code through one table (codeOf in
 // service.go, docs/allocator.md "Errors").
 var (
-	// ErrInvalidArgument: a malformed request, wrapped in an *InputError
-	// naming the field. Nothing changes.
-	ErrInvalidArgument = ledger.ErrInvalidArgument
-	// ErrStaleSequence: a sequence below the latest applied. Nothing changes.
-	ErrStaleSequence = ledger.ErrStaleSequence
-	// ErrSequenceReused: the latest sequence with another body or method.
-	ErrSequenceReused = ledger.ErrSequenceReused
-	// ErrStaleEpoch: an epoch below the spender's latest. Nothing changes.
-	ErrStaleEpoch = ledger.ErrStaleEpoch
-	// ErrEpochReleased: a call in an epoch Release has closed.
-	ErrEpochReleased = ledger.ErrEpochReleased
-	// ErrForeignSpender: a call under a spender id another credential's
-	// session holds (until it is released). Nothing changes.
-	ErrForeignSpender = ledger.ErrForeignSpender
-	// ErrResourceExhausted: the call would take its credential beyond its
-	// quota (WithQuota), wrapped in a *QuotaError. Nothing changes.
-	ErrResourceExhausted = ledger.ErrResourceExhausted
-
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("allocator: ledger closed")
 
@@ -37,60 +19,48 @@ var (
 	// call; a retry of the same call is answered only once they are durable.
 	ErrNotDurable = errors.New("allocator: store commit failed")
 
-	// ErrNotLeader is wrapped by a *NotLeaderError: a replicated Ledger
-	// that is not its cluster's leader applies no call.
-	ErrNotLeader = cluster.ErrNotLeader
-
-	// ErrOutcomeUnknown: a replicated Ledger proposed the call but could
-	// not learn whether it was committed (it lost its leadership, or shut
-	// down, with the call in flight). It may yet be applied. Retry the same
-	// call (same spender, epoch, sequence and body) at the leader: the
-	// exactly-once record answers it from the stored reply if it was
-	// applied, and it is applied once otherwise.
-	ErrOutcomeUnknown = cluster.ErrOutcomeUnknown
-
 	// ErrClockBehind: a replicated Ledger's leader whose clock is further
 	// behind the latest instant its ledger applied than it may wait for
 	// (the raft election timeout) refused the call. Nothing was proposed;
 	// retry the same call (later, or at the next leader).
 	ErrClockBehind = errors.New("allocator: the leader's clock is behind the ledger's latest instant")
-	// ErrNotReplicated: a cluster operation (RestoreBackup) on a Ledger
-	// that is not a cluster member.
-	ErrNotReplicated = errors.New("allocator: not a cluster member")
 )
 
-// NotLeaderError is a replicated Ledger's answer on a member that is not
-// the leader. Nothing was applied unless Unknown is set. It wraps
-// ErrNotLeader, and ErrOutcomeUnknown when Unknown is set.
-type NotLeaderError struct {
-	// Leader is the leader's lease API base URL, "" while this member
-	// knows no leader (or has no URL for it).
-	Leader string
-	// Unknown reports that this member was the leader when it proposed
-	// the call and lost its leadership before learning the outcome: the
-	// call may yet be applied (see ErrOutcomeUnknown).
+// AbandonedError is a call's answer when its context ended before the
+// call was answered: before it was applied, or while it waited for its
+// commit, which a call cannot take back. Applied and Unknown say what
+// became of it; neither: nothing changed. It wraps the context's error
+// (context.Canceled or DeadlineExceeded), and cluster.ErrOutcomeUnknown
+// when Unknown. Sent again (same spender, epoch, sequence and body), the
+// call is applied once either way.
+type AbandonedError struct {
+	// Err is the context's error.
+	Err error
+	// Applied: the ledger applied the call; its effects are in memory and
+	// become durable with a later commit. The same call sent again gets
+	// the stored reply once they are.
+	Applied bool
+	// Unknown: a replicated Ledger had proposed the call, which may yet
+	// be committed and applied.
 	Unknown bool
 }
 
-// Error returns "allocator: not the leader (leader at <url>)", saying when
-// the outcome is unknown.
-func (e *NotLeaderError) Error() string {
-	s := "allocator: not the leader"
-	if e.Leader != "" {
-		s += " (leader at " + e.Leader + ")"
-	} else {
-		s += " (leader unknown)"
+// Error returns "allocator: call abandoned (<ctx error>): <outcome>".
+func (e *AbandonedError) Error() string {
+	outcome := "not applied"
+	switch {
+	case e.Applied:
+		outcome = "applied, not yet durable"
+	case e.Unknown:
+		outcome = "proposed, outcome unknown"
 	}
-	if e.Unknown {
-		s += "; leadership lost with the call in flight, which may still be applied"
-	}
-	return s
+	return "allocator: call abandoned (" + e.Err.Error() + "): " + outcome
 }
 
-// Unwrap returns ErrNotLeader, and ErrOutcomeUnknown when Unknown is set.
-func (e *NotLeaderError) Unwrap() []error {
+// Unwrap returns Err, and cluster.ErrOutcomeUnknown when Unknown.
+func (e *AbandonedError) Unwrap() []error {
 	if e.Unknown {
-		return []error{ErrNotLeader, ErrOutcomeUnknown}
+		return []error{e.Err, cluster.ErrOutcomeUnknown}
 	}
-	return []error{ErrNotLeader}
+	return []error{e.Err}
 }

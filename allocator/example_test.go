@@ -11,6 +11,7 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/allocator/cluster"
+	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/internal/fakeclock"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
@@ -53,8 +54,8 @@ func ExampleLedger_Acquire_retry() {
 	clk.Set(time.Unix(1_800_000_000, 0))
 	led, _ := allocator.New(allocator.WithClock(clk))
 	defer led.Close()
-	keys := []allocator.AcquireKey{{Key: "key-a", Limits: ration.Limits{TPM: 600}, Want: ration.Amount{Tokens: 100}}}
-	c := allocator.Caller{SpenderID: "gw-1", Epoch: 1, Sequence: 7}
+	keys := []ledger.AcquireKey{{Key: "key-a", Limits: ration.Limits{TPM: 600}, Want: ration.Amount{Tokens: 100}}}
+	c := ledger.Caller{SpenderID: "gw-1", Epoch: 1, Sequence: 7}
 	first, _ := led.Acquire(context.Background(), c, keys)
 	again, _ := led.Acquire(context.Background(), c, keys) // the reply was lost
 	fmt.Println(first.Keys[0].Granted.Tokens, reflect.DeepEqual(again, first), again.Keys[0].Snapshot.Tokens.Remaining)
@@ -68,18 +69,17 @@ func ExampleLedger_Acquire_retry() {
 
 // A cluster member: here a cluster of one, in memory. The member is
 // bootstrapped, elects itself, and applies calls through the raft log; in
-// a cluster of three, a follower would answer a *NotLeaderError naming
-// the leader's API URL from APIURLs.
+// a cluster of three, a follower would answer a *cluster.NotLeaderError
+// naming the leader's API URL from cluster.WithAPIURLs.
 func ExampleNewReplicated() {
 	clk := fakeclock.New()
 	clk.Set(time.Unix(1_800_000_000, 0))
 	addr, trans := raft.NewInmemTransport("")
 	led, err := allocator.NewReplicated(allocator.ClusterConfig{
 		ID: "a", Transport: trans,
-		APIURLs: map[raft.ServerID]string{"a": "http://127.0.0.1:7450"},
 		Node: []cluster.Option{cluster.WithRaftConfig(func(c *raft.Config) {
 			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
-		})},
+		}), cluster.WithAPIURLs(map[raft.ServerID]string{"a": "http://127.0.0.1:7450"})},
 	}, allocator.WithClock(clk))
 	if err != nil {
 		panic(err)
@@ -91,8 +91,8 @@ func ExampleNewReplicated() {
 	for deadline := time.Now().Add(10 * time.Second); led.Node().Ready() != nil && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond) // the election
 	}
-	r, err := led.Acquire(context.Background(), allocator.Caller{SpenderID: "gw-1", Epoch: 1, Sequence: 1},
-		[]allocator.AcquireKey{{Key: "key-a", Limits: ration.Limits{TPM: 600}, Want: ration.Amount{Tokens: 100}}})
+	r, err := led.Acquire(context.Background(), ledger.Caller{SpenderID: "gw-1", Epoch: 1, Sequence: 1},
+		[]ledger.AcquireKey{{Key: "key-a", Limits: ration.Limits{TPM: 600}, Want: ration.Amount{Tokens: 100}}})
 	if err != nil {
 		panic(err)
 	}

@@ -1,22 +1,25 @@
 package allocator
 
 import (
+	"context"
 	"sync"
 	"time"
 )
 
-// groupCommit is the leader/follower group commit that both durable paths
-// of a Ledger share: the journal (store.go), where a commit is one bbolt
-// transaction, and the cluster (replicated.go), where it is one raft log
-// entry. Calls queue their work with the path, which numbers it (positions
-// 1, 2, ...), then wait for their position.
+// groupCommit is the group commit that both durable paths of a Ledger
+// share: the journal (store.go), where a commit is one bbolt transaction,
+// and the cluster (replicated.go), where it is one raft log entry. Calls
+// queue their work with the path, which numbers it (positions 1, 2, ...),
+// then wait for their position.
 //
-// At most one commit is in flight. A caller that finds one running waits
-// for it, and if that commit did not cover its position, the first waiter
-// to wake commits everything queued so far on behalf of all of them. So
-// the calls that arrive during one commit share the next. Under
-// concurrent load the committer first lingers (see lingerFor) so that
-// more calls join.
+// At most one commit is in flight. A call that finds none starts one,
+// which commits everything queued so far on behalf of all the calls
+// waiting; a call that finds one running waits for it, and if that commit
+// did not cover its position, the first waiter to wake starts the next.
+// So the calls that arrive during one commit share the next. Under
+// concurrent load a commit first lingers (see lingerFor) so that more
+// calls join. A commit runs on a goroutine of its own, so that a call
+// whose context ends can leave without abandoning the commit halfway.
 type groupCommit struct {
 	linger time.Duration       // the longest a commit lingers; 0: never
 	sleep  func(time.Duration) // time.Sleep; tests replace it
@@ -24,44 +27,64 @@ type groupCommit struct {
 	// flush commits everything queued and returns the last position it
 	// covered (what was queued when it took the queue). It runs on one
 	// goroutine at a time. On error, nothing it took counts as committed:
-	// the path keeps it for the next flush, the caller that flushed gets
-	// the error, and the others waiting try a flush of their own.
+	// the path keeps it for the next flush, the call that started it gets
+	// the error, and the others waiting start one of their own.
 	flush func() (end uint64, err error)
 
-	mu         sync.Mutex
-	cond       *sync.Cond // on mu: a commit finished
-	done       uint64     // positions committed so far
-	committing bool       // a flush is in flight
-	arrived    int        // calls that waited since the last commit began
-	lastBatch  int        // calls that waited during the previous commit cycle
+	mu        sync.Mutex
+	inFlight  *commitRound // the commit running; nil: none
+	done      uint64       // positions committed so far
+	arrived   int          // calls that waited since the last commit began
+	lastBatch int          // calls that waited during the previous commit cycle
+}
+
+// commitRound is one commit: finished is closed when it ends, once err
+// (its flush's error) is set.
+type commitRound struct {
+	finished chan struct{}
+	err      error
 }
 
 func newGroupCommit(linger time.Duration, flush func() (uint64, error)) *groupCommit {
-	g := &groupCommit{linger: linger, sleep: time.Sleep, flush: flush}
-	g.cond = sync.NewCond(&g.mu)
-	return g
+	return &groupCommit{linger: linger, sleep: time.Sleep, flush: flush}
 }
 
-// wait returns once every position up to target is committed, or with
-// the error of a flush this call ran. A flush may cover less than was
-// queued (the cluster path bounds an entry), so the caller that flushed
-// goes on until its own position is covered. A commit cannot be abandoned
-// halfway, so there is no context.
-func (g *groupCommit) wait(target uint64) error {
+// wait returns once every position up to target is committed, with the
+// error of a failed commit this call started, or with ctx.Err() as soon
+// as ctx ends: what the call queued stays queued, and a commit in flight
+// goes on (a commit cannot be abandoned halfway).
+func (g *groupCommit) wait(ctx context.Context, target uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.arrived++
-	for {
-		for g.done < target && g.committing {
-			g.cond.Wait()
+	var mine *commitRound // the last commit this call started
+	for g.done < target {
+		r := g.inFlight
+		if r == nil {
+			if mine != nil && mine.err != nil {
+				return mine.err
+			}
+			r = g.start()
+			mine = r
 		}
-		if g.done >= target {
-			return nil
-		}
-		g.committing = true
-		last := g.lastBatch
 		g.mu.Unlock()
+		select {
+		case <-r.finished:
+		case <-ctx.Done():
+			g.mu.Lock()
+			return ctx.Err()
+		}
+		g.mu.Lock()
+	}
+	return nil
+}
 
+// start starts a commit; g.mu is held.
+func (g *groupCommit) start() *commitRound {
+	r := &commitRound{finished: make(chan struct{})}
+	g.inFlight = r
+	last := g.lastBatch
+	go func() {
 		// Under concurrent load, linger so that more calls share the
 		// commit; a lone caller commits at once.
 		if g.linger > 0 && last > 1 {
@@ -74,15 +97,15 @@ func (g *groupCommit) wait(target uint64) error {
 		end, err := g.flush()
 
 		g.mu.Lock()
-		g.committing = false
 		if err == nil {
 			g.done = max(g.done, end)
 		}
-		g.cond.Broadcast()
-		if err != nil {
-			return err
-		}
-	}
+		r.err = err
+		g.inFlight = nil
+		close(r.finished)
+		g.mu.Unlock()
+	}()
+	return r
 }
 
 // lingerStep is the step of a commit's linger.

@@ -3,11 +3,13 @@ package allocator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/internal/fakeclock"
 )
 
@@ -44,30 +46,61 @@ func tempDB(t *testing.T) string { return filepath.Join(t.TempDir(), "ledger.db"
 func tpm(n int64) ration.Limits { return ration.Limits{RPM: 600, TPM: n} }
 
 // acq runs one single-key Acquire and fails the test on error.
-func acq(t *testing.T, l *Ledger, c Caller, k AcquireKey) AcquireResult {
+func acq(t *testing.T, l *Ledger, c ledger.Caller, k ledger.AcquireKey) ledger.AcquireResult {
 	t.Helper()
-	r, err := l.Acquire(context.Background(), c, []AcquireKey{k})
+	r, err := l.Acquire(context.Background(), c, []ledger.AcquireKey{k})
 	if err != nil {
 		t.Fatalf("Acquire(%+v, %+v): %v", c, k, err)
 	}
 	return r.Keys[0]
 }
 
-func caller(id string, epoch, seq uint64) Caller {
-	return Caller{SpenderID: id, Epoch: epoch, Sequence: seq}
+func caller(id string, epoch, seq uint64) ledger.Caller {
+	return ledger.Caller{SpenderID: id, Epoch: epoch, Sequence: seq}
 }
 
 // dump returns the ledger's whole state, encoded, for "nothing changed"
 // and "resumed exactly" checks.
 func dump(l *Ledger) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.state.Snapshot())
+	m := memoryOf(l)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return string(m.state.Snapshot())
 }
+
+// memoryOf is the state of l, a memory-only or durable Ledger, behind its
+// mutex.
+func memoryOf(l *Ledger) *memory {
+	switch s := l.store.(type) {
+	case *memory:
+		return s
+	case *journal:
+		return s.memory
+	}
+	panic(fmt.Sprintf("a %T is not the store of a Ledger of one process", l.store))
+}
+
+// journalOf is the store of l, a durable Ledger.
+func journalOf(l *Ledger) *journal { return l.store.(*journal) }
 
 func wantErr(t *testing.T, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
 		t.Fatalf("error %v, want %v", err, target)
+	}
+}
+
+// hold makes g behave as if a commit were in flight until the function it
+// returns is called: calls queue and wait.
+func hold(g *groupCommit) (release func()) {
+	r := &commitRound{finished: make(chan struct{})}
+	g.mu.Lock()
+	g.inFlight = r
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		g.inFlight = nil
+		close(r.finished)
+		g.mu.Unlock()
 	}
 }

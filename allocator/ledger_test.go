@@ -19,12 +19,12 @@ var ctx = context.Background()
 func TestAcquireGrantsFromFullBucket(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}, Held: ration.Amount{}})
-	want := AcquireResult{
-		Status: StatusOK, Granted: ration.Amount{Requests: 1, Tokens: 100}, Held: ration.Amount{Requests: 1, Tokens: 100},
-		Snapshot: Snapshot{
-			Requests: DimSnapshot{Limit: 600, Remaining: 599, Reset: 100 * time.Millisecond},
-			Tokens:   DimSnapshot{Limit: 600, Remaining: 500, Reset: 10 * time.Second},
+	r := acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}, Held: ration.Amount{}})
+	want := ledger.AcquireResult{
+		Status: ledger.StatusOK, Granted: ration.Amount{Requests: 1, Tokens: 100}, Held: ration.Amount{Requests: 1, Tokens: 100},
+		Snapshot: ledger.Snapshot{
+			Requests: ledger.DimSnapshot{Limit: 600, Remaining: 599, Reset: 100 * time.Millisecond},
+			Tokens:   ledger.DimSnapshot{Limit: 600, Remaining: 500, Reset: 10 * time.Second},
 		},
 		ActiveSpenders: 1,
 	}
@@ -36,25 +36,25 @@ func TestAcquireGrantsFromFullBucket(t *testing.T) {
 func TestNotCoveredGivesExactRetryAfter(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
-	r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}, Need: ration.Amount{Requests: 1, Tokens: 60}})
-	if r.Status != StatusNotCovered || r.RetryAfter != 6*time.Second || r.Granted != (ration.Amount{}) {
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
+	r := acq(t, l, caller("b", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}, Need: ration.Amount{Requests: 1, Tokens: 60}})
+	if r.Status != ledger.StatusNotCovered || r.RetryAfter != 6*time.Second || r.Granted != (ration.Amount{}) {
 		t.Fatalf("got %+v, want not covered, retry after 6s, nothing granted", r)
 	}
 	if r.ActiveSpenders != 2 {
 		t.Fatalf("active spenders %d, want 2", r.ActiveSpenders)
 	}
 	clk.Advance(6 * time.Second)
-	r = acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}, Need: ration.Amount{Requests: 1, Tokens: 60}})
-	if r.Status != StatusOK || r.Granted.Tokens != 60 {
+	r = acq(t, l, caller("b", 1, 2), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}, Need: ration.Amount{Requests: 1, Tokens: 60}})
+	if r.Status != ledger.StatusOK || r.Granted.Tokens != 60 {
 		t.Fatalf("after the wait: %+v, want 60 tokens granted", r)
 	}
 }
 
 func TestNeedAboveCapacityIsTooLarge(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: 1, Tokens: 601}, Want: ration.Amount{Requests: 1, Tokens: 601}})
-	if r.Status != StatusTooLarge || r.Granted != (ration.Amount{}) || r.Snapshot.Tokens.Remaining != 600 {
+	r := acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: 1, Tokens: 601}, Want: ration.Amount{Requests: 1, Tokens: 601}})
+	if r.Status != ledger.StatusTooLarge || r.Granted != (ration.Amount{}) || r.Snapshot.Tokens.Remaining != 600 {
 		t.Fatalf("got %+v, want too large and nothing taken", r)
 	}
 }
@@ -62,10 +62,10 @@ func TestNeedAboveCapacityIsTooLarge(t *testing.T) {
 func TestReturnsAreCappedAtHoldings(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}, Held: ration.Amount{}})
-	acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 300}})
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}, Held: ration.Amount{}})
+	acq(t, l, caller("b", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 300}})
 	// a claims to return 1000 tokens; it holds 100.
-	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 5, Tokens: 1000}, Held: ration.Amount{Requests: 0, Tokens: 0}})
+	r := acq(t, l, caller("a", 1, 2), ledger.AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 5, Tokens: 1000}, Held: ration.Amount{Requests: 0, Tokens: 0}})
 	if r.Returned != (ration.Amount{Requests: 0, Tokens: 100}) || r.Held != (ration.Amount{}) {
 		t.Fatalf("got returned %+v held %+v, want 100 tokens credited and nothing held", r.Returned, r.Held)
 	}
@@ -73,7 +73,7 @@ func TestReturnsAreCappedAtHoldings(t *testing.T) {
 		t.Fatalf("remaining %d, want 300 (600 - 300 held by b)", r.Snapshot.Tokens.Remaining)
 	}
 	// A spender that never held anything gets nothing credited.
-	r = acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 50}})
+	r = acq(t, l, caller("c", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 50}})
 	if r.Returned != (ration.Amount{}) || r.Snapshot.Tokens.Remaining != 300 {
 		t.Fatalf("stranger's return credited: %+v", r)
 	}
@@ -81,13 +81,13 @@ func TestReturnsAreCappedAtHoldings(t *testing.T) {
 
 func TestHeldReportLowersHolding(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
-	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Held: ration.Amount{Requests: 0, Tokens: 30}})
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	r := acq(t, l, caller("a", 1, 2), ledger.AcquireKey{Key: "k", Limits: tpm(600), Held: ration.Amount{Requests: 0, Tokens: 30}})
 	if r.Held != (ration.Amount{Requests: 0, Tokens: 30}) {
 		t.Fatalf("held %+v, want 30 tokens", r.Held)
 	}
 	// A held report above the holding does not raise it.
-	r = acq(t, l, caller("a", 1, 3), AcquireKey{Key: "k", Limits: tpm(600), Held: ration.Amount{Requests: 0, Tokens: 500}, Returned: ration.Amount{Requests: 0, Tokens: 500}})
+	r = acq(t, l, caller("a", 1, 3), ledger.AcquireKey{Key: "k", Limits: tpm(600), Held: ration.Amount{Requests: 0, Tokens: 500}, Returned: ration.Amount{Requests: 0, Tokens: 500}})
 	if r.Held != (ration.Amount{}) || r.Returned != (ration.Amount{Requests: 0, Tokens: 30}) {
 		t.Fatalf("held %+v returned %+v, want 0 held, 30 credited", r.Held, r.Returned)
 	}
@@ -96,7 +96,7 @@ func TestHeldReportLowersHolding(t *testing.T) {
 func TestExactlyOnce(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}}}
+	k := []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}}}
 	r1, err := l.Acquire(ctx, caller("a", 1, 5), k)
 	if err != nil {
 		t.Fatal(err)
@@ -110,15 +110,15 @@ func TestExactlyOnce(t *testing.T) {
 	if dump(l) != before {
 		t.Fatal("retry changed the ledger")
 	}
-	other := []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 101}}}
+	other := []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 101}}}
 	_, err = l.Acquire(ctx, caller("a", 1, 5), other)
-	wantErr(t, err, ErrSequenceReused)
-	_, err = l.ReserveAhead(ctx, caller("a", 1, 5), []ReserveKey{{Key: "k", Limits: tpm(600)}})
-	wantErr(t, err, ErrSequenceReused)
+	wantErr(t, err, ledger.ErrSequenceReused)
+	_, err = l.ReserveAhead(ctx, caller("a", 1, 5), []ledger.ReserveKey{{Key: "k", Limits: tpm(600)}})
+	wantErr(t, err, ledger.ErrSequenceReused)
 	_, err = l.Acquire(ctx, caller("a", 1, 4), k)
-	wantErr(t, err, ErrStaleSequence)
+	wantErr(t, err, ledger.ErrStaleSequence)
 	_, err = l.Acquire(ctx, caller("a", 0+1-1+0, 9), k) // epoch 0 is bad input, not stale
-	wantErr(t, err, ErrInvalidArgument)
+	wantErr(t, err, ledger.ErrInvalidArgument)
 	if dump(l) != before {
 		t.Fatal("refused calls changed the ledger")
 	}
@@ -131,18 +131,18 @@ func TestExactlyOnce(t *testing.T) {
 func TestNewEpochStartsWithNothing(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
-	r := acq(t, l, caller("a", 2, 1), AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 100}})
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	r := acq(t, l, caller("a", 2, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 100}})
 	if r.Returned != (ration.Amount{}) || r.Held != (ration.Amount{}) {
 		t.Fatalf("new epoch: returned %+v held %+v, want nothing", r.Returned, r.Held)
 	}
 	if r.ActiveSpenders != 2 || r.Snapshot.Tokens.Remaining != 500 {
 		t.Fatalf("old epoch's lease must still count: %+v", r)
 	}
-	_, err := l.Acquire(ctx, caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600)}})
-	wantErr(t, err, ErrStaleEpoch)
+	_, err := l.Acquire(ctx, caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: tpm(600)}})
+	wantErr(t, err, ledger.ErrStaleEpoch)
 	clk.Advance(l.TTL())
-	r = acq(t, l, caller("a", 2, 2), AcquireKey{Key: "k", Limits: tpm(600)})
+	r = acq(t, l, caller("a", 2, 2), ledger.AcquireKey{Key: "k", Limits: tpm(600)})
 	if r.ActiveSpenders != 1 {
 		t.Fatalf("old epoch's lease should have expired: %+v", r)
 	}
@@ -151,9 +151,9 @@ func TestNewEpochStartsWithNothing(t *testing.T) {
 func TestRelease(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
-	acq(t, l, caller("a", 1, 2), AcquireKey{Key: "j", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 200}})
-	rel := []ReleaseKey{{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 70}, Debt: ration.Amount{Requests: 0, Tokens: 10}}}
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	acq(t, l, caller("a", 1, 2), ledger.AcquireKey{Key: "j", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 200}})
+	rel := []ledger.ReleaseKey{{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: 70}, Debt: ration.Amount{Requests: 0, Tokens: 10}}}
 	r, err := l.Release(ctx, caller("a", 1, 3), rel)
 	if err != nil {
 		t.Fatal(err)
@@ -168,9 +168,9 @@ func TestRelease(t *testing.T) {
 	if err != nil || fmt.Sprint(r2) != fmt.Sprint(r) {
 		t.Fatalf("retried release: %+v %v, want the stored %+v", r2, err, r)
 	}
-	_, err = l.Acquire(ctx, caller("a", 1, 4), []AcquireKey{{Key: "k", Limits: tpm(600)}})
-	wantErr(t, err, ErrEpochReleased)
-	res := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600)})
+	_, err = l.Acquire(ctx, caller("a", 1, 4), []ledger.AcquireKey{{Key: "k", Limits: tpm(600)}})
+	wantErr(t, err, ledger.ErrEpochReleased)
+	res := acq(t, l, caller("b", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600)})
 	// 600 - 100 + 70 - 10 = 560; the 30 unreturned are gone.
 	if res.Snapshot.Tokens.Remaining != 560 {
 		t.Fatalf("remaining %d, want 560", res.Snapshot.Tokens.Remaining)
@@ -179,10 +179,10 @@ func TestRelease(t *testing.T) {
 
 func TestDebtGoesBelowZero(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Debt: ration.Amount{Requests: 0, Tokens: 1000}})
-	r := acq(t, l, caller("a", 1, 2), AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: 0, Tokens: 1}, Want: ration.Amount{Requests: 0, Tokens: 1}})
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Debt: ration.Amount{Requests: 0, Tokens: 1000}})
+	r := acq(t, l, caller("a", 1, 2), ledger.AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: 0, Tokens: 1}, Want: ration.Amount{Requests: 0, Tokens: 1}})
 	// level -400: one token needs 401 tokens of refill at 10/s.
-	if r.Status != StatusNotCovered || r.RetryAfter != 40100*time.Millisecond || r.Snapshot.Tokens.Remaining != 0 {
+	if r.Status != ledger.StatusNotCovered || r.RetryAfter != 40100*time.Millisecond || r.Snapshot.Tokens.Remaining != 0 {
 		t.Fatalf("got %+v, want not covered for 40.1s", r)
 	}
 }
@@ -190,17 +190,17 @@ func TestDebtGoesBelowZero(t *testing.T) {
 func TestReserveAhead(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
-	res, err := l.ReserveAhead(ctx, caller("b", 1, 1), []ReserveKey{
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
+	res, err := l.ReserveAhead(ctx, caller("b", 1, 1), []ledger.ReserveKey{
 		{Key: "k", Limits: tpm(600), Cost: ration.Amount{Requests: 1, Tokens: 50}, MaxWait: 10 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := res.Keys[0]; r.Status != StatusOK || r.Wait != 5*time.Second || r.Held != (ration.Amount{Requests: 1, Tokens: 50}) {
+	if r := res.Keys[0]; r.Status != ledger.StatusOK || r.Wait != 5*time.Second || r.Held != (ration.Amount{Requests: 1, Tokens: 50}) {
 		t.Fatalf("got %+v, want reserved for 5s", r)
 	}
-	res, err = l.ReserveAhead(ctx, caller("c", 1, 1), []ReserveKey{
+	res, err = l.ReserveAhead(ctx, caller("c", 1, 1), []ledger.ReserveKey{
 		{Key: "k", Limits: tpm(600), Cost: ration.Amount{Requests: 1, Tokens: 100}, MaxWait: 14 * time.Second},
 		{Key: "k2", Limits: tpm(600), Cost: ration.Amount{Requests: 1, Tokens: 601}, MaxWait: time.Hour},
 	})
@@ -208,15 +208,15 @@ func TestReserveAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first reservation left -50: 100 more need 150 tokens, 15 s.
-	if r := res.Keys[0]; r.Status != StatusTooLate || r.Wait != 15*time.Second || r.Held != (ration.Amount{}) || r.ActiveSpenders != 2 {
+	if r := res.Keys[0]; r.Status != ledger.StatusTooLate || r.Wait != 15*time.Second || r.Held != (ration.Amount{}) || r.ActiveSpenders != 2 {
 		t.Fatalf("got %+v, want too late by 15s, nothing held, 2 active", r)
 	}
-	if r := res.Keys[1]; r.Status != StatusTooLarge {
+	if r := res.Keys[1]; r.Status != ledger.StatusTooLarge {
 		t.Fatalf("got %+v, want too large", r)
 	}
 	clk.Advance(5 * time.Second)
-	r := acq(t, l, caller("d", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: 0, Tokens: 1}})
-	if r.Status != StatusNotCovered || r.RetryAfter != 100*time.Millisecond {
+	r := acq(t, l, caller("d", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: 0, Tokens: 1}})
+	if r.Status != ledger.StatusNotCovered || r.RetryAfter != 100*time.Millisecond {
 		t.Fatalf("after the reserved wait the level is 0: %+v", r)
 	}
 }
@@ -224,26 +224,26 @@ func TestReserveAhead(t *testing.T) {
 func TestLimitChangeDoesNotMint(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
-	r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(1200)})
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
+	r := acq(t, l, caller("b", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(1200)})
 	if r.Snapshot.Tokens.Remaining != 0 || r.Snapshot.Tokens.Limit != 1200 {
 		t.Fatalf("raised limit minted tokens: %+v", r.Snapshot.Tokens)
 	}
 	clk.Advance(time.Second)
-	r = acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k", Limits: tpm(1200)})
+	r = acq(t, l, caller("b", 1, 2), ledger.AcquireKey{Key: "k", Limits: tpm(1200)})
 	if r.Snapshot.Tokens.Remaining != 20 {
 		t.Fatalf("refill at the new rate: %+v, want 20", r.Snapshot.Tokens)
 	}
-	r = acq(t, l, caller("b", 1, 3), AcquireKey{Key: "k", Limits: ration.Limits{RPM: 600}, Want: ration.Amount{Requests: 0, Tokens: 12345}})
-	if r.Granted.Tokens != 12345 || r.Snapshot.Tokens != (DimSnapshot{}) {
+	r = acq(t, l, caller("b", 1, 3), ledger.AcquireKey{Key: "k", Limits: ration.Limits{RPM: 600}, Want: ration.Amount{Requests: 0, Tokens: 12345}})
+	if r.Granted.Tokens != 12345 || r.Snapshot.Tokens != (ledger.DimSnapshot{}) {
 		t.Fatalf("unlimited tokens: %+v", r)
 	}
 }
 
 func TestUnlimitedKeyKeepsNoState(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	r := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Want: ration.Amount{Requests: 7, Tokens: 9}})
-	if r.Status != StatusOK || r.Granted != (ration.Amount{Requests: 7, Tokens: 9}) || r.Held != (ration.Amount{}) {
+	r := acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Want: ration.Amount{Requests: 7, Tokens: 9}})
+	if r.Status != ledger.StatusOK || r.Granted != (ration.Amount{Requests: 7, Tokens: 9}) || r.Held != (ration.Amount{}) {
 		t.Fatalf("got %+v", r)
 	}
 	if st := l.Stats(); st.Keys != 0 {
@@ -274,14 +274,14 @@ func TestReturnedTokensDoNotAccumulate(t *testing.T) {
 				// Take whatever the bucket has, keeping the old lease...
 				old := held[who]
 				seq[who]++
-				r := acq(t, l, caller(who, 1, seq[who]), AcquireKey{
+				r := acq(t, l, caller(who, 1, seq[who]), ledger.AcquireKey{
 					Key: "k", Limits: lim, Want: ration.Amount{Requests: 0, Tokens: 1 << 40}, Held: ration.Amount{Requests: 0, Tokens: old},
 				})
 				fresh := r.Granted.Tokens
 				// ...then return the old lease into the emptied bucket and
 				// take it again with a fresh expiry.
 				seq[who]++
-				r = acq(t, l, caller(who, 1, seq[who]), AcquireKey{
+				r = acq(t, l, caller(who, 1, seq[who]), ledger.AcquireKey{
 					Key: "k", Limits: lim, Want: ration.Amount{Requests: 0, Tokens: 1 << 40},
 					Returned: ration.Amount{Requests: 0, Tokens: old}, Held: ration.Amount{Requests: 0, Tokens: fresh},
 				})
@@ -309,9 +309,9 @@ func TestStrictModeCountsHoldingsAgainstCapacity(t *testing.T) {
 	} {
 		clk := newFakeClock()
 		l := newLedger(t, clk, WithStrict(tc.strict))
-		acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
+		acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 600}})
 		clk.Advance(30 * time.Second)
-		r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600)})
+		r := acq(t, l, caller("b", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600)})
 		if r.Snapshot.Tokens.Remaining != tc.want {
 			t.Fatalf("strict=%v: remaining %d, want %d", tc.strict, r.Snapshot.Tokens.Remaining, tc.want)
 		}
@@ -321,7 +321,7 @@ func TestStrictModeCountsHoldingsAgainstCapacity(t *testing.T) {
 func TestSweepDropsIdleKeysAndSessions(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk, WithSessionRetention(time.Minute))
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 300}})
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 300}})
 	if k, s, err := l.Sweep(ctx); err != nil || k != 0 || s != 0 {
 		t.Fatalf("sweep of a busy key: %d %d %v", k, s, err)
 	}
@@ -337,10 +337,10 @@ func TestSweepDropsIdleKeysAndSessions(t *testing.T) {
 	if _, s, _ := l.Sweep(ctx); s != 1 {
 		t.Fatal("kept an idle session")
 	}
-	if st := l.Stats(); st != (Stats{}) {
+	if st := l.Stats(); st != (ledger.Stats{}) {
 		t.Fatalf("stats after sweep: %+v", st)
 	}
-	r := acq(t, l, caller("a", 2, 1), AcquireKey{Key: "k", Limits: tpm(600)})
+	r := acq(t, l, caller("a", 2, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600)})
 	if r.Snapshot.Tokens.Remaining != 600 {
 		t.Fatalf("recreated key not full: %+v", r.Snapshot.Tokens)
 	}
@@ -348,13 +348,14 @@ func TestSweepDropsIdleKeysAndSessions(t *testing.T) {
 
 func TestLostSessionDoesNotReapplyKeys(t *testing.T) {
 	l := newLedger(t, newFakeClock())
-	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}}}
+	k := []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}}}
 	if _, err := l.Acquire(ctx, caller("a", 1, 1), k); err != nil {
 		t.Fatal(err)
 	}
-	l.mu.Lock()
-	l.state.Load(ledger.Record{Session: true, Name: "a"}, 0) // deletes a's session
-	l.mu.Unlock()
+	m := memoryOf(l)
+	m.mu.Lock()
+	m.state.Load(ledger.Record{Session: true, Name: "a"}, 0) // deletes a's session
+	m.mu.Unlock()
 	r, err := l.Acquire(ctx, caller("a", 1, 1), k)
 	if err != nil {
 		t.Fatal(err)
@@ -367,47 +368,47 @@ func TestLostSessionDoesNotReapplyKeys(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
 	before := dump(l)
-	good := func() AcquireKey {
-		return AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 1}}
+	good := func() ledger.AcquireKey {
+		return ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 1}}
 	}
-	many := make([]AcquireKey, ration.MaxBatch+1)
+	many := make([]ledger.AcquireKey, ration.MaxBatch+1)
 	for i := range many {
 		many[i] = good()
 		many[i].Key = "k" + strconv.Itoa(i)
 	}
 	for _, tc := range []struct {
 		name  string
-		c     Caller
-		keys  []AcquireKey
+		c     ledger.Caller
+		keys  []ledger.AcquireKey
 		field string
 	}{
-		{"empty spender", caller("", 1, 2), []AcquireKey{good()}, "caller.spender_id"},
-		{"long spender", caller(strings.Repeat("s", ration.MaxSpenderIDLen+1), 1, 2), []AcquireKey{good()}, "caller.spender_id"},
-		{"zero epoch", caller("a", 0, 2), []AcquireKey{good()}, "caller.epoch"},
-		{"zero sequence", caller("a", 1, 0), []AcquireKey{good()}, "caller.sequence"},
+		{"empty spender", caller("", 1, 2), []ledger.AcquireKey{good()}, "caller.spender_id"},
+		{"long spender", caller(strings.Repeat("s", ration.MaxSpenderIDLen+1), 1, 2), []ledger.AcquireKey{good()}, "caller.spender_id"},
+		{"zero epoch", caller("a", 0, 2), []ledger.AcquireKey{good()}, "caller.epoch"},
+		{"zero sequence", caller("a", 1, 0), []ledger.AcquireKey{good()}, "caller.sequence"},
 		{"empty batch", caller("a", 1, 2), nil, "keys"},
 		{"batch too large", caller("a", 1, 2), many, "keys"},
-		{"empty key", caller("a", 1, 2), []AcquireKey{good(), {Limits: tpm(600)}}, "keys[1].key"},
-		{"long key", caller("a", 1, 2), []AcquireKey{{Key: strings.Repeat("k", ration.MaxKeyLen+1), Limits: tpm(600)}}, "keys[0].key"},
-		{"duplicate key", caller("a", 1, 2), []AcquireKey{good(), good()}, "keys[1].key"},
-		{"negative want", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: -1}}}, "keys[0].want.tokens"},
-		{"negative need", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: -1, Tokens: 0}}}, "keys[0].need.requests"},
-		{"negative returned", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].returned.tokens"},
-		{"negative held", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Held: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].held.tokens"},
-		{"negative debt", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Debt: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].debt.tokens"},
-		{"negative rate", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), SpendRate: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].spend_rate.tokens"},
-		{"huge amount", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 1 << 62}}}, "keys[0].want.tokens"},
-		{"negative rpm", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{RPM: -1}}}, "keys[0].limits.rpm"},
-		{"tpm too large", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: ration.MaxRate + 1}}}, "keys[0].limits.tpm"},
-		{"negative burst", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, BurstTokens: -1}}}, "keys[0].limits.burst_tokens"},
-		{"window too long", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, Window: ration.MaxWindow + time.Second}}}, "keys[0].limits.window"},
-		{"window not whole seconds", caller("a", 1, 2), []AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, Window: 1500 * time.Millisecond}}}, "keys[0].limits.window"},
+		{"empty key", caller("a", 1, 2), []ledger.AcquireKey{good(), {Limits: tpm(600)}}, "keys[1].key"},
+		{"long key", caller("a", 1, 2), []ledger.AcquireKey{{Key: strings.Repeat("k", ration.MaxKeyLen+1), Limits: tpm(600)}}, "keys[0].key"},
+		{"duplicate key", caller("a", 1, 2), []ledger.AcquireKey{good(), good()}, "keys[1].key"},
+		{"negative want", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: -1}}}, "keys[0].want.tokens"},
+		{"negative need", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Need: ration.Amount{Requests: -1, Tokens: 0}}}, "keys[0].need.requests"},
+		{"negative returned", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].returned.tokens"},
+		{"negative held", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Held: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].held.tokens"},
+		{"negative debt", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Debt: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].debt.tokens"},
+		{"negative rate", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: tpm(600), SpendRate: ration.Amount{Requests: 0, Tokens: -5}}}, "keys[0].spend_rate.tokens"},
+		{"huge amount", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 1 << 62}}}, "keys[0].want.tokens"},
+		{"negative rpm", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: ration.Limits{RPM: -1}}}, "keys[0].limits.rpm"},
+		{"tpm too large", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: ration.Limits{TPM: ration.MaxRate + 1}}}, "keys[0].limits.tpm"},
+		{"negative burst", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, BurstTokens: -1}}}, "keys[0].limits.burst_tokens"},
+		{"window too long", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, Window: ration.MaxWindow + time.Second}}}, "keys[0].limits.window"},
+		{"window not whole seconds", caller("a", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: ration.Limits{TPM: 5, Window: 1500 * time.Millisecond}}}, "keys[0].limits.window"},
 	} {
 		_, err := l.Acquire(ctx, tc.c, tc.keys)
-		var ie *InputError
-		if !errors.As(err, &ie) || !errors.Is(err, ErrInvalidArgument) || ie.Field != tc.field {
+		var ie *ledger.InputError
+		if !errors.As(err, &ie) || !errors.Is(err, ledger.ErrInvalidArgument) || ie.Field != tc.field {
 			t.Errorf("%s: error %v, want InputError on %s", tc.name, err, tc.field)
 		}
 		if strings.Contains(err.Error(), strings.Repeat("k", 20)) {
@@ -417,16 +418,16 @@ func TestBadInputChangesNothing(t *testing.T) {
 			t.Fatalf("%s: changed the ledger", tc.name)
 		}
 	}
-	_, err := l.ReserveAhead(ctx, caller("a", 1, 2), []ReserveKey{{Key: "k", Limits: tpm(600), MaxWait: 2 * time.Hour}})
-	if ie := (*InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].max_wait_us" {
+	_, err := l.ReserveAhead(ctx, caller("a", 1, 2), []ledger.ReserveKey{{Key: "k", Limits: tpm(600), MaxWait: 2 * time.Hour}})
+	if ie := (*ledger.InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].max_wait_us" {
 		t.Errorf("max wait: %v", err)
 	}
-	_, err = l.ReserveAhead(ctx, caller("a", 1, 2), []ReserveKey{{Key: "k", Limits: tpm(600), Cost: ration.Amount{Requests: -1, Tokens: 0}}})
-	if ie := (*InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].cost.requests" {
+	_, err = l.ReserveAhead(ctx, caller("a", 1, 2), []ledger.ReserveKey{{Key: "k", Limits: tpm(600), Cost: ration.Amount{Requests: -1, Tokens: 0}}})
+	if ie := (*ledger.InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].cost.requests" {
 		t.Errorf("negative cost: %v", err)
 	}
-	_, err = l.Release(ctx, caller("a", 1, 2), []ReleaseKey{{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: -1}}})
-	if ie := (*InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].returned.tokens" {
+	_, err = l.Release(ctx, caller("a", 1, 2), []ledger.ReleaseKey{{Key: "k", Limits: tpm(600), Returned: ration.Amount{Requests: 0, Tokens: -1}}})
+	if ie := (*ledger.InputError)(nil); !errors.As(err, &ie) || ie.Field != "keys[0].returned.tokens" {
 		t.Errorf("negative release: %v", err)
 	}
 	if dump(l) != before {
@@ -437,16 +438,16 @@ func TestBadInputChangesNothing(t *testing.T) {
 func TestDuplicateKeysInALargeBatch(t *testing.T) {
 	l := newLedger(t, newFakeClock())
 	for _, n := range []int{17, 64, ration.MaxBatch} {
-		keys := make([]AcquireKey, n)
+		keys := make([]ledger.AcquireKey, n)
 		for i := range keys {
-			keys[i] = AcquireKey{Key: "key-" + strconv.Itoa(i), Limits: tpm(600)}
+			keys[i] = ledger.AcquireKey{Key: "key-" + strconv.Itoa(i), Limits: tpm(600)}
 		}
 		if _, err := l.Acquire(ctx, caller("a", 1, uint64(n)), keys); err != nil {
 			t.Fatalf("n=%d distinct keys: %v", n, err)
 		}
 		keys[n-2].Key = keys[5].Key
 		_, err := l.Acquire(ctx, caller("a", 1, uint64(n)+1), keys)
-		var ie *InputError
+		var ie *ledger.InputError
 		if !errors.As(err, &ie) || ie.Field != "keys["+strconv.Itoa(n-2)+"].key" || !strings.Contains(ie.Reason, "keys[5].key") {
 			t.Fatalf("n=%d: %v, want keys[%d].key duplicating keys[5].key", n, err, n-2)
 		}
@@ -463,22 +464,22 @@ func TestReserveAheadWaitsForTheCap(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk, WithStrict(true), WithTTL(10*time.Second))
 	lim := ration.Limits{TPM: 200} // 10 tokens every 3 s
-	if g := acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 0, Tokens: 52}}); g.Granted.Tokens != 52 {
+	if g := acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 0, Tokens: 52}}); g.Granted.Tokens != 52 {
 		t.Fatalf("granted %d, want 52", g.Granted.Tokens)
 	}
-	r, err := l.ReserveAhead(ctx, caller("b", 1, 1), []ReserveKey{{Key: "k", Limits: lim, Cost: ration.Amount{Requests: 0, Tokens: 150}, MaxWait: time.Second}})
+	r, err := l.ReserveAhead(ctx, caller("b", 1, 1), []ledger.ReserveKey{{Key: "k", Limits: lim, Cost: ration.Amount{Requests: 0, Tokens: 150}, MaxWait: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.Keys[0]; got.Status != StatusTooLate || got.Wait < 10*time.Second {
+	if got := r.Keys[0]; got.Status != ledger.StatusTooLate || got.Wait < 10*time.Second {
 		t.Fatalf("reserve 150 beside a holding of 52 under a cap of 200: %v after %v; want TooLate, waiting past the holding's expiry", got.Status, got.Wait)
 	}
 	// A cost the level covers now needs no wait, cap or not.
-	r, err = l.ReserveAhead(ctx, caller("b", 1, 2), []ReserveKey{{Key: "k", Limits: lim, Cost: ration.Amount{Requests: 0, Tokens: 140}, MaxWait: time.Second}})
+	r, err = l.ReserveAhead(ctx, caller("b", 1, 2), []ledger.ReserveKey{{Key: "k", Limits: lim, Cost: ration.Amount{Requests: 0, Tokens: 140}, MaxWait: time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := r.Keys[0]; got.Status != StatusOK || got.Wait != 0 {
+	if got := r.Keys[0]; got.Status != ledger.StatusOK || got.Wait != 0 {
 		t.Fatalf("reserve 140 that fits: %v after %v; want OK now", got.Status, got.Wait)
 	}
 }
@@ -502,13 +503,13 @@ func TestWaitsOnTheWireDoNotOverflow(t *testing.T) {
 func TestAcquireAfterKeyDroppedAndRecreated(t *testing.T) {
 	clk := newFakeClock()
 	l := newLedger(t, clk)
-	keys := []AcquireKey{{Key: "k1", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}}, {Key: "k2", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}}}
+	keys := []ledger.AcquireKey{{Key: "k1", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}}, {Key: "k2", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}}}
 	if _, err := l.Acquire(ctx, caller("a", 1, 1), keys); err != nil {
 		t.Fatal(err)
 	}
 	// b makes k1 unlimited (dropped), then limited again (a new, full state).
-	acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k1", Want: ration.Amount{Requests: 0, Tokens: 1}})
-	acq(t, l, caller("b", 1, 2), AcquireKey{Key: "k1", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 50}})
+	acq(t, l, caller("b", 1, 1), ledger.AcquireKey{Key: "k1", Want: ration.Amount{Requests: 0, Tokens: 1}})
+	acq(t, l, caller("b", 1, 2), ledger.AcquireKey{Key: "k1", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 50}})
 	r, err := l.Acquire(ctx, caller("a", 1, 2), keys)
 	if err != nil {
 		t.Fatal(err)
@@ -524,7 +525,7 @@ func TestAcquireAfterKeyDroppedAndRecreated(t *testing.T) {
 	if n, _, err := l.Sweep(ctx); err != nil || n != 2 {
 		t.Fatalf("sweep dropped %d keys (%v), want 2", n, err)
 	}
-	acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k2", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 10}})
+	acq(t, l, caller("c", 1, 1), ledger.AcquireKey{Key: "k2", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 10}})
 	r, err = l.Acquire(ctx, caller("a", 1, 3), keys)
 	if err != nil {
 		t.Fatal(err)

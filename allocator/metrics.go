@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/ledger"
 )
 
 // Metrics are the allocator's Prometheus metrics, registered on a
@@ -138,13 +139,13 @@ func (m *Metrics) add(v *prometheus.CounterVec, a ration.Amount) {
 	}
 }
 
-func (m *Metrics) reject(s Status) {
-	if s != StatusOK {
+func (m *Metrics) reject(s ledger.Status) {
+	if s != ledger.StatusOK {
 		m.rejections.WithLabelValues(s.String()).Inc()
 	}
 }
 
-func (m *Metrics) acquired(keys []AcquireKey, r *AcquireReply) {
+func (m *Metrics) acquired(keys []ledger.AcquireKey, r *ledger.AcquireReply) {
 	if m == nil {
 		return
 	}
@@ -162,13 +163,13 @@ func (m *Metrics) acquired(keys []AcquireKey, r *AcquireReply) {
 	m.keyGrants.WithLabelValues("Acquire").Add(float64(len(r.Keys)))
 }
 
-func (m *Metrics) reserved(keys []ReserveKey, r *ReserveReply) {
+func (m *Metrics) reserved(keys []ledger.ReserveKey, r *ledger.ReserveReply) {
 	if m == nil {
 		return
 	}
 	var g ration.Amount
 	for i := range r.Keys {
-		if r.Keys[i].Status == StatusOK {
+		if r.Keys[i].Status == ledger.StatusOK {
 			g.Requests, g.Tokens = g.Requests+keys[i].Cost.Requests, g.Tokens+keys[i].Cost.Tokens
 		}
 		m.reject(r.Keys[i].Status)
@@ -177,7 +178,7 @@ func (m *Metrics) reserved(keys []ReserveKey, r *ReserveReply) {
 	m.keyGrants.WithLabelValues("ReserveAhead").Add(float64(len(r.Keys)))
 }
 
-func (m *Metrics) released(r *ReleaseReply) {
+func (m *Metrics) released(r *ledger.ReleaseReply) {
 	if m == nil {
 		return
 	}

@@ -112,7 +112,7 @@ func (h *propHarness) open() {
 // and the same final state, byte for byte.
 func (h *propHarness) close() {
 	final := dump(h.l)
-	cfg := h.l.state.Config()
+	cfg := memoryOf(h.l).state.Config()
 	h.l.Close()
 	st, err := ledger.Restore(cfg, h.start, 0)
 	if err != nil {
@@ -171,7 +171,7 @@ func (h *propHarness) Send(s *boundcheck.Spender, c *boundcheck.Call) (any, bool
 }
 
 // Release releases a model spender's epoch.
-func (h *propHarness) Release(c Caller, keys []ReleaseKey) *ReleaseReply {
+func (h *propHarness) Release(c ledger.Caller, keys []ledger.ReleaseKey) *ledger.ReleaseReply {
 	c.Credential = "h"
 	r, err := h.l.Release(ctx, c, keys)
 	if err != nil {
@@ -193,7 +193,7 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 			sp := h.m.Spenders()
 			return sp[rapid.IntRange(0, len(sp)-1).Draw(t, "who")]
 		}
-		hostile := Caller{SpenderID: "x", Epoch: 1, Credential: "x"}
+		hostile := ledger.Caller{SpenderID: "x", Epoch: 1, Credential: "x"}
 		wild := func(t *rapid.T, label string) ration.Amount {
 			pick := func() int64 {
 				return rapid.OneOf(rapid.Int64Range(0, 100), rapid.Just(int64(ration.MaxAmount))).Draw(t, label)
@@ -215,9 +215,9 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 				}
 				before := dump(h.l)
 				k0 := boundcheck.Keys()[0]
-				_, err := h.l.Acquire(ctx, Caller{SpenderID: s.ID(), Epoch: s.Epoch(), Sequence: s.Applied() - 1, Credential: "h"},
-					[]AcquireKey{{Key: k0.Name, Limits: k0.Limits, Want: ration.Amount{Requests: 1, Tokens: 1}}})
-				if !errors.Is(err, ErrStaleSequence) {
+				_, err := h.l.Acquire(ctx, ledger.Caller{SpenderID: s.ID(), Epoch: s.Epoch(), Sequence: s.Applied() - 1, Credential: "h"},
+					[]ledger.AcquireKey{{Key: k0.Name, Limits: k0.Limits, Want: ration.Amount{Requests: 1, Tokens: 1}}})
+				if !errors.Is(err, ledger.ErrStaleSequence) {
 					t.Fatalf("reordered old call: %v, want stale sequence", err)
 				}
 				if dump(h.l) != before {
@@ -225,10 +225,10 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 				}
 			},
 			"hostile": func(t *rapid.T) {
-				var keys []AcquireKey
+				var keys []ledger.AcquireKey
 				for _, k := range boundcheck.Keys() {
 					if rapid.Bool().Draw(t, "include") {
-						keys = append(keys, AcquireKey{Key: k.Name, Limits: k.Limits, SpendRate: wild(t, "rate"), Returned: wild(t, "returned"),
+						keys = append(keys, ledger.AcquireKey{Key: k.Name, Limits: k.Limits, SpendRate: wild(t, "rate"), Returned: wild(t, "returned"),
 							Held: wild(t, "held"), Debt: wild(t, "debt"), Demand: wild(t, "demand")})
 					}
 				}
@@ -243,7 +243,7 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 			"hostile release": func(t *rapid.T) {
 				k := boundcheck.Keys()[rapid.IntRange(0, boundcheck.NumKeys-1).Draw(t, "key")]
 				hostile.Sequence++
-				if _, err := h.l.Release(ctx, hostile, []ReleaseKey{{Key: k.Name, Limits: k.Limits, Returned: wild(t, "returned"), Debt: wild(t, "debt")}}); err != nil {
+				if _, err := h.l.Release(ctx, hostile, []ledger.ReleaseKey{{Key: k.Name, Limits: k.Limits, Returned: wild(t, "returned"), Debt: wild(t, "debt")}}); err != nil {
 					t.Fatalf("hostile release: %v", err)
 				}
 				hostile.Epoch, hostile.Sequence = hostile.Epoch+1, 0
@@ -255,9 +255,9 @@ func TestPropertyBoundAndReturns(t *testing.T) {
 				}
 				k := boundcheck.Keys()[0]
 				before := dump(h.l)
-				_, err := h.l.Acquire(ctx, Caller{SpenderID: s.ID(), Epoch: s.Epoch() + uint64(rapid.IntRange(0, 1).Draw(t, "next")), Sequence: s.Applied() + 1, Credential: "x"},
-					[]AcquireKey{{Key: k.Name, Limits: k.Limits, Debt: wild(t, "debt")}})
-				if !errors.Is(err, ErrForeignSpender) {
+				_, err := h.l.Acquire(ctx, ledger.Caller{SpenderID: s.ID(), Epoch: s.Epoch() + uint64(rapid.IntRange(0, 1).Draw(t, "next")), Sequence: s.Applied() + 1, Credential: "x"},
+					[]ledger.AcquireKey{{Key: k.Name, Limits: k.Limits, Debt: wild(t, "debt")}})
+				if !errors.Is(err, ledger.ErrForeignSpender) {
 					t.Fatalf("a call under %s's id with another credential: %v", s.ID(), err)
 				}
 				if dump(h.l) != before {

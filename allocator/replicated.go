@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -25,65 +25,62 @@ type ClusterConfig struct {
 	// Transport carries raft's traffic: raft.NewInmemTransport in tests,
 	// a raft.NetworkTransport between processes.
 	Transport raft.Transport
-	// APIURLs maps each member's raft server id to its lease API base URL
-	// ("http://host:port" or "https://host:port"), which a member that is
-	// not the leader names in its NOT_LEADER answers. A leader missing
-	// from it is answered without the URL, as while no leader is known.
-	APIURLs map[raft.ServerID]string
 	// Node configures the node (cluster.WithBoltStore,
-	// cluster.WithFileSnapshots, cluster.WithRaftConfig, ...). Its logger
-	// defaults to the Ledger's (WithLogger).
+	// cluster.WithFileSnapshots, cluster.WithRaftConfig,
+	// cluster.WithAPIURLs for the leader's URL in NOT_LEADER answers, ...).
+	// Its logger defaults to the Ledger's (WithLogger).
 	Node []cluster.Option
+}
+
+// Member is a Ledger that is one member of a raft cluster
+// (NewReplicated), with its node for the operations on the cluster.
+type Member struct {
+	*Ledger
+	rep *replicated
 }
 
 // NewReplicated returns a Ledger that is one member of a raft cluster:
 // its state is the replicated ledger (package cluster) and every call is
 // applied through the log. Only the leader applies calls; a member that
-// is not the leader answers each with a *NotLeaderError naming the
-// leader's API URL. The leader stamps each log entry with its clock
-// (WithClock), never with an instant before the latest one the ledger
-// applied: while its clock is behind that, it waits on it, up to the raft
-// election timeout, and refuses calls with ErrClockBehind beyond (nothing
-// applied). It groups the calls that arrive while an entry is in
-// flight into the next one (as the journal's group commit does, with the
-// same linger, WithCommitLinger); a call is answered once its entry is
-// committed by a majority and applied on this member.
+// is not the leader answers each with a *cluster.NotLeaderError naming
+// the leader (and its API URL, cluster.WithAPIURLs). The leader stamps
+// each log entry with its clock (WithClock), never with an instant before
+// the latest one the ledger applied: while its clock is behind that, it
+// waits on it, up to the raft election timeout, and refuses calls with
+// ErrClockBehind beyond (nothing applied). It groups the calls that
+// arrive while an entry is in flight into the next one (as the journal's
+// group commit does, with the same linger, WithCommitLinger); a call is
+// answered once its entry is committed by a majority and applied on this
+// member.
 //
-// The ledger options (TTL, strict mode, policies, retention) must be the
-// same on every member: they are the state machine's configuration.
-// WithCommitObserver and the durable store's options do not apply; the
-// node's stores come from cc.Node (memory by default: nothing survives
-// the process). A new cluster is formed with Node().Bootstrap on one
-// member. Close shuts the node down.
-func NewReplicated(cc ClusterConfig, opts ...Option) (*Ledger, error) {
-	l, err := configured(opts)
+// The ledger options (TTL, strict mode, policies, retention, quota) must
+// be the same on every member: they are the state machine's
+// configuration. WithCommitObserver, which observes bbolt commits, is an
+// error here; the node's stores come from cc.Node (memory by default:
+// nothing survives the process). A new cluster is formed with
+// Node().Bootstrap on one member. Close shuts the node down.
+func NewReplicated(cc ClusterConfig, opts ...Option) (*Member, error) {
+	cfg, err := configure(opts, replicatedLedger)
 	if err != nil {
 		return nil, err
 	}
-	nodeOpts := append([]cluster.Option{cluster.WithLogger(l.cfg.logger)}, cc.Node...)
-	node, err := cluster.New(cc.ID, cc.Transport, l.cfg.ledgerConfig(), nodeOpts...)
+	nodeOpts := append([]cluster.Option{cluster.WithLogger(cfg.logger)}, cc.Node...)
+	node, err := cluster.New(cc.ID, cc.Transport, cfg.ledgerConfig(), nodeOpts...)
 	if err != nil {
 		return nil, err
 	}
-	r := &replicated{node: node, urls: maps.Clone(cc.APIURLs), now: l.now, clock: l.cfg.clock,
-		maxBehind: l.cfg.clockWait, log: l.cfg.logger, stop: make(chan struct{})}
+	r := &replicated{node: node, now: cfg.now, clock: cfg.clock,
+		maxBehind: cfg.clockWait, log: cfg.logger, stop: make(chan struct{})}
 	if r.maxBehind == 0 {
 		r.maxBehind = node.Raft().ReloadableConfig().ElectionTimeout
 	}
-	r.gc = newGroupCommit(l.cfg.linger, r.flush)
-	l.rep = r
-	return l, nil
+	r.gc = newGroupCommit(cfg.linger, r.flush)
+	return &Member{Ledger: &Ledger{cfg: cfg, store: r}, rep: r}, nil
 }
 
-// Node returns the raft node of a replicated Ledger (NewReplicated), for
-// bootstrapping, readiness, metrics and membership; nil for a Ledger of
-// one process (New, Open).
-func (l *Ledger) Node() *cluster.Node {
-	if l.rep == nil {
-		return nil
-	}
-	return l.rep.node
-}
+// Node returns the member's raft node, for bootstrapping, readiness,
+// metrics and membership.
+func (m *Member) Node() *cluster.Node { return m.rep.node }
 
 // maxEntryCalls and maxEntryKeys bound the calls, and their keys, grouped
 // into one log entry, so that an entry encodes within cluster.MaxEntryBytes
@@ -99,13 +96,13 @@ const (
 // the queue and waits on the group commit, whose flush proposes what is
 // queued as one entry.
 type replicated struct {
-	node  *cluster.Node
-	urls  map[raft.ServerID]string // read-only after NewReplicated
-	now   func() bucket.Instant    // the Ledger's clock, as an instant
-	clock ration.Clock             // the same clock, to wait on
-	gc    *groupCommit
-	log   *slog.Logger
-	stop  chan struct{} // closed by close: a wait for the clock ends
+	node   *cluster.Node
+	now    func() bucket.Instant // the Ledger's clock, as an instant
+	clock  ration.Clock          // the same clock, to wait on
+	gc     *groupCommit
+	log    *slog.Logger
+	stop   chan struct{} // closed by close: a wait for the clock ends
+	closed atomic.Bool
 
 	// maxBehind is the longest a leader waits for its clock to reach the
 	// latest Now its ledger applied before it proposes (see stamp).
@@ -122,11 +119,15 @@ type replicated struct {
 // proposal is one call in the queue. build makes its command for the
 // entry's instant; reply and err are its outcome, written by the flush
 // that proposed it before the group commit marks its position done.
+// taken and dropped are guarded by replicated.mu: a flush takes a
+// proposal (taken), unless its caller gave up first (dropped), which
+// a flush then skips.
 type proposal struct {
-	build func(now bucket.Instant) ledger.Command
-	keys  int // the keys its command carries
-	reply any
-	err   error
+	build          func(now bucket.Instant) ledger.Command
+	keys           int // the keys its command carries
+	taken, dropped bool
+	reply          any
+	err            error
 }
 
 // apply applies the command build makes through the log and returns its
@@ -134,8 +135,13 @@ type proposal struct {
 // machine makes, at the clock's now: the entry's instant is no earlier), so
 // it costs no log entry and never shares one; so is a call the state would
 // refuse for its spender id or its credential's quota (FSM.Admit, against
-// this member's applied state: the state machine checks again).
-func (r *replicated) apply(build func(now bucket.Instant) ledger.Command) (any, error) {
+// this member's applied state: the state machine checks again). If ctx
+// ends before a flush takes the call, the call is dropped (not applied);
+// after, its outcome is unknown.
+func (r *replicated) apply(ctx context.Context, build func(now bucket.Instant) ledger.Command) (any, error) {
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
 	cmd := build(r.now())
 	if err := ledger.Validate(cmd); err != nil {
 		return nil, err
@@ -149,8 +155,15 @@ func (r *replicated) apply(build func(now bucket.Instant) ledger.Command) (any, 
 	r.appended++
 	pos := r.appended
 	r.mu.Unlock()
-	if err := r.gc.wait(pos); err != nil {
-		return nil, err // not reached: flush answers every call it takes
+	if err := r.gc.wait(ctx, pos); err != nil {
+		if err != ctx.Err() {
+			return nil, err // not reached: flush answers every call it takes
+		}
+		r.mu.Lock()
+		taken := p.taken
+		p.dropped = !taken
+		r.mu.Unlock()
+		return nil, &AbandonedError{Err: err, Unknown: taken}
 	}
 	return p.reply, p.err
 }
@@ -169,11 +182,17 @@ func (r *replicated) flush() (uint64, error) {
 			break
 		}
 	}
-	batch := r.queue[:n:n]
+	batch := make([]*proposal, 0, n)
+	for _, p := range r.queue[:n] {
+		if !p.dropped {
+			p.taken = true
+			batch = append(batch, p)
+		}
+	}
 	r.queue = r.queue[n:]
 	end := r.appended - uint64(len(r.queue))
 	r.mu.Unlock()
-	if n == 0 {
+	if len(batch) == 0 {
 		return end, nil
 	}
 	now, err := r.stamp()
@@ -183,7 +202,7 @@ func (r *replicated) flush() (uint64, error) {
 		}
 		return end, nil
 	}
-	cmds := make([]ledger.Command, n)
+	cmds := make([]ledger.Command, len(batch))
 	for i, p := range batch {
 		cmds[i] = p.build(now)
 	}
@@ -259,31 +278,31 @@ func keysOf(cmd ledger.Command) int {
 	return 0
 }
 
-// close ends a wait for the clock (the Ledger is closing).
-func (r *replicated) close() { close(r.stop) }
+func (r *replicated) stats() ledger.Stats { return r.node.FSM().Stats() }
 
-// wrap turns the node's errors into the Ledger's: a NotLeaderError with
-// the leader's API URL, ErrClosed after Shutdown.
+// close ends a wait for the clock and shuts the node down (calls in
+// flight get cluster.ErrOutcomeUnknown).
+func (r *replicated) close() error {
+	if !r.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(r.stop)
+	return r.node.Shutdown()
+}
+
+// wrap marks the node's ErrClosed (after Shutdown) as the Ledger's.
 func (r *replicated) wrap(err error) error {
-	var nle *cluster.NotLeaderError
-	switch {
-	case errors.As(err, &nle):
-		return &NotLeaderError{Leader: r.urls[nle.LeaderID], Unknown: nle.Unknown}
-	case errors.Is(err, cluster.ErrClosed):
+	if errors.Is(err, cluster.ErrClosed) {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	return err
 }
 
-// RestoreBackup replaces the state of a replicated Ledger's cluster with
-// a backup (cluster.Node.RestoreBackup), on the leader. It refuses, before
+// RestoreBackup replaces the state of the member's cluster with a backup
+// (cluster.Node.RestoreBackup), on the leader. It refuses, before
 // anything changes, a backup whose latest instant is ahead of this
 // member's clock by more than a leader waits for its clock (the raft
-// election timeout unless set): no call could be stamped until then. Not
-// a cluster member: ErrNotReplicated.
-func (l *Ledger) RestoreBackup(ctx context.Context, b []byte) error {
-	if l.rep == nil {
-		return ErrNotReplicated
-	}
-	return l.rep.node.RestoreBackup(ctx, b, l.now(), l.rep.maxBehind)
+// election timeout unless set): no call could be stamped until then.
+func (m *Member) RestoreBackup(ctx context.Context, b []byte) error {
+	return m.rep.node.RestoreBackup(ctx, b, m.rep.now(), m.rep.maxBehind)
 }

@@ -39,7 +39,7 @@ type members struct {
 	t      *testing.T
 	clk    *fakeClock
 	urls   map[raft.ServerID]string
-	led    []*Ledger
+	led    []*Member
 	svc    []*Service
 	trans  []*raft.InmemTransport
 	down   []bool
@@ -76,12 +76,12 @@ func newMembersWith(t *testing.T, n int, opts func(i int) []Option) *members {
 		if opts != nil {
 			lopts = append(lopts, opts(i)...)
 		}
-		l, err := NewReplicated(ClusterConfig{ID: s.ID, Transport: m.trans[i], APIURLs: m.urls,
-			Node: []cluster.Option{cluster.WithRaftConfig(testRaft)}}, lopts...)
+		l, err := NewReplicated(ClusterConfig{ID: s.ID, Transport: m.trans[i],
+			Node: []cluster.Option{cluster.WithRaftConfig(testRaft), cluster.WithAPIURLs(m.urls)}}, lopts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.led, m.svc, m.down = append(m.led, l), append(m.svc, NewService(l)), append(m.down, false)
+		m.led, m.svc, m.down = append(m.led, l), append(m.svc, NewService(l.Ledger)), append(m.down, false)
 	}
 	t.Cleanup(func() {
 		for i, l := range m.led {
@@ -251,7 +251,7 @@ func TestReplicatedFollowerAnswersNotLeader(t *testing.T) {
 	if _, err := refSvc.Acquire(ctx, clusterAcquire("gw", 1, 100)); err != nil {
 		t.Fatal(err)
 	}
-	m.converge(ref.state.Snapshot())
+	m.converge(memoryOf(ref).state.Snapshot())
 	if st := m.led[follower].Stats(); st.Keys != 1 || st.Holdings != 1 {
 		t.Fatalf("follower stats %+v, want the leader's key and holding", st)
 	}
@@ -318,8 +318,8 @@ func TestReplicatedRetryAfterFailoverAppliedOnce(t *testing.T) {
 	second := clusterAcquire("gw-b", 1, 2000)
 	_, err = m.svc[old].Acquire(ctx, second)
 	notLeaderInfo(t, err)
-	var nle *NotLeaderError
-	if !errors.As(err, &nle) || !nle.Unknown || !errors.Is(err, ErrOutcomeUnknown) {
+	var nle *cluster.NotLeaderError
+	if !errors.As(err, &nle) || !nle.Unknown || !errors.Is(err, cluster.ErrOutcomeUnknown) {
 		t.Fatalf("in flight at the cut: %v, want a NotLeaderError with the outcome unknown", err)
 	}
 	live := 3 - old - lead // the third member, the only one besides old still running
@@ -337,7 +337,7 @@ func TestReplicatedRetryAfterFailoverAppliedOnce(t *testing.T) {
 	if _, err := refSvc.Acquire(ctx, second); err != nil {
 		t.Fatal(err)
 	}
-	m.converge(ref.state.Snapshot())
+	m.converge(memoryOf(ref).state.Snapshot())
 	t.Logf("leaders: m%d, m%d (cut off), then m%d; m%d alive throughout", lead, old, lead3, live)
 }
 
@@ -355,22 +355,20 @@ func TestReplicatedGroupsCallsIntoOneEntry(t *testing.T) {
 			l := m.led[m.leader()]
 			r := l.rep
 			// A first call commits after the new leader's own entry.
-			if _, err := l.Acquire(ctx, caller("warm-up", 1, 1), []AcquireKey{{Key: "k", Limits: tpm(60)}}); err != nil {
+			if _, err := l.Acquire(ctx, caller("warm-up", 1, 1), []ledger.AcquireKey{{Key: "k", Limits: tpm(60)}}); err != nil {
 				t.Fatal(err)
 			}
 			// Hold the group commit as if an entry were in flight.
-			r.gc.mu.Lock()
-			r.gc.committing = true
-			r.gc.mu.Unlock()
+			held := hold(r.gc)
 			before := l.Node().Raft().LastIndex()
 			var wg sync.WaitGroup
 			errs := make([]error, tc.calls)
-			replies := make([]*AcquireReply, tc.calls)
+			replies := make([]*ledger.AcquireReply, tc.calls)
 			for i := range tc.calls {
 				wg.Go(func() {
-					keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(1 << 30), Want: ration.Amount{Tokens: int64(i + 1)}}}
+					keys := []ledger.AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(1 << 30), Want: ration.Amount{Tokens: int64(i + 1)}}}
 					for k := 1; k < tc.keys; k++ {
-						keys = append(keys, AcquireKey{Key: fmt.Sprintf("other-%d", k), Limits: tpm(1 << 30)})
+						keys = append(keys, ledger.AcquireKey{Key: fmt.Sprintf("other-%d", k), Limits: tpm(1 << 30)})
 					}
 					replies[i], errs[i] = l.Acquire(ctx, caller(fmt.Sprintf("gw-%d", i), 1, 1), keys)
 				})
@@ -386,12 +384,9 @@ func TestReplicatedGroupsCallsIntoOneEntry(t *testing.T) {
 					t.Fatalf("%d of %d calls queued", n-1, tc.calls)
 				}
 			}
-			_, err := l.Acquire(ctx, caller("", 1, 1), []AcquireKey{{Key: "k", Limits: tpm(60)}})
-			wantErr(t, err, ErrInvalidArgument)
-			r.gc.mu.Lock()
-			r.gc.committing = false
-			r.gc.cond.Broadcast()
-			r.gc.mu.Unlock()
+			_, err := l.Acquire(ctx, caller("", 1, 1), []ledger.AcquireKey{{Key: "k", Limits: tpm(60)}})
+			wantErr(t, err, ledger.ErrInvalidArgument)
+			held()
 			wg.Wait()
 			for i := range tc.calls {
 				if errs[i] != nil || replies[i].Keys[0].Granted.Tokens != int64(i+1) {
@@ -412,12 +407,12 @@ func TestReplicatedCloseAndSweep(t *testing.T) {
 	m := newMembers(t, 3)
 	lead := m.leader()
 	follower := (lead + 1) % 3
-	if _, err := m.led[lead].Acquire(ctx, caller("gw", 1, 1), []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Tokens: 10}}}); err != nil {
+	if _, err := m.led[lead].Acquire(ctx, caller("gw", 1, 1), []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Tokens: 10}}}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := m.led[follower].Sweep(ctx)
-	var nle *NotLeaderError
-	if !errors.As(err, &nle) || nle.Unknown || nle.Leader != m.urls[m.led[lead].Node().ID()] {
+	var nle *cluster.NotLeaderError
+	if !errors.As(err, &nle) || nle.Unknown || nle.URL != m.urls[m.led[lead].Node().ID()] {
 		t.Fatalf("sweep on a follower: %v", err)
 	}
 	m.clk.Advance(2 * time.Hour) // past the TTL, the refill and the session retention
@@ -426,13 +421,10 @@ func TestReplicatedCloseAndSweep(t *testing.T) {
 		t.Fatalf("sweep on the leader: %d keys, %d sessions, %v", keys, sessions, err)
 	}
 	ref, _ := m.reference()
-	m.converge(ref.state.Snapshot()) // empty again everywhere
+	m.converge(memoryOf(ref).state.Snapshot()) // empty again everywhere
 	m.kill(follower)
-	if _, err := m.led[follower].Acquire(ctx, caller("gw", 1, 2), []AcquireKey{{Key: "k", Limits: tpm(600)}}); !errors.Is(err, ErrClosed) {
+	if _, err := m.led[follower].Acquire(ctx, caller("gw", 1, 2), []ledger.AcquireKey{{Key: "k", Limits: tpm(600)}}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("after Close: %v", err)
-	}
-	if (&Ledger{}).Node() != nil {
-		t.Fatal("a Ledger of one process has a node")
 	}
 }
 

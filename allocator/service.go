@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect/v2"
@@ -13,6 +14,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/cluster"
+	"github.com/rationhq/ration/allocator/ledger"
+	"github.com/rationhq/ration/internal/leasewire"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
@@ -27,6 +31,15 @@ type Service struct {
 	l   *Ledger
 	m   *Metrics
 	log *slog.Logger
+
+	// replies holds Acquire reply buffers (*pooledReply) that Mount's
+	// calls gave back (see replyHolder).
+	replies sync.Pool
+	// keys holds Acquire's converted request keys (*[]ledger.AcquireKey),
+	// given back by the calls that succeeded: the ledger keeps nothing of
+	// them once it has answered (a failed call's may still be in a
+	// cluster's queue, abandoned by its caller).
+	keys sync.Pool
 }
 
 var _ leasev1connect.LeaseServiceHandler = (*Service)(nil)
@@ -59,15 +72,51 @@ func NewService(l *Ledger, opts ...ServiceOption) *Service {
 // Acquire implements LeaseService.Acquire.
 func (s *Service) Acquire(ctx context.Context, req *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
 	start := time.Now()
-	keys := acquireKeysOf(req)
-	r, err := s.l.acquire(callerOf(ctx, req.GetCaller()), keys)
+	kp, _ := s.keys.Get().(*[]ledger.AcquireKey)
+	if kp == nil {
+		kp = new([]ledger.AcquireKey)
+	}
+	keys := acquireKeysOf(*kp, req)
+	r, err := s.l.acquire(ctx, callerOf(ctx, req.GetCaller()), keys)
 	if err != nil {
 		return nil, s.fail("Acquire", start, err)
 	}
 	s.m.acquired(keys, r)
+	if cap(keys) <= maxPooledKeys {
+		clear(keys) // drop the request's strings
+		*kp = keys[:0]
+		s.keys.Put(kp)
+	}
 	s.m.call("Acquire", start, nil)
-	return acquireResponseOf(r), nil
+	return acquireResponseOf(r, s.replyBuf(ctx, len(r.Keys))), nil
 }
+
+// maxPooledKeys bounds the replies kept in the pool, in keys, so that a
+// rare large call does not pin its buffer.
+const maxPooledKeys = 256
+
+// replyBuf returns a buffer for an Acquire reply of n keys: from the pool
+// when the call came through Mount (which puts it back once the reply is
+// written), a new one otherwise (the caller keeps the reply).
+func (s *Service) replyBuf(ctx context.Context, n int) *acquireBuf {
+	hd := holderOf(ctx)
+	if hd == nil || n > maxPooledKeys {
+		return newAcquireBuf(n)
+	}
+	p, _ := s.replies.Get().(*pooledReply)
+	if p == nil {
+		p = &pooledReply{buf: newAcquireBuf(n), pool: &s.replies}
+	}
+	if !hd.leave(p) {
+		return newAcquireBuf(n) // p is dropped: the holder is closed or full
+	}
+	return p.buf
+}
+
+// AtQuota reports whether credential cred's last Acquire or ReserveAhead
+// was refused for its quota (Ledger.AtQuota): Mount then refuses its calls
+// before reading them.
+func (s *Service) AtQuota(cred string) bool { return s.l.AtQuota(cred) }
 
 // ReserveAhead implements LeaseService.ReserveAhead.
 func (s *Service) ReserveAhead(ctx context.Context, req *leasev1.ReserveAheadRequest) (*leasev1.ReserveAheadResponse, error) {
@@ -97,7 +146,7 @@ func (s *Service) Release(ctx context.Context, req *leasev1.ReleaseRequest) (*le
 func (s *Service) fail(method string, start time.Time, err error) error {
 	ce := codeOf(err)
 	switch {
-	case errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, cluster.ErrOutcomeUnknown):
 		// A follower's normal answer: the spender goes to the leader.
 		s.log.Debug("allocator: not the leader", "method", method, "err", err)
 	case ce.Code() == connect.CodeInternal || ce.Code() == connect.CodeUnavailable:
@@ -118,38 +167,38 @@ func (s *Service) fail(method string, start time.Time, err error) error {
 //	ErrStaleEpoch, ErrEpochReleased        FailedPrecondition  names spender, epoch, sequence
 //	ErrForeignSpender                      PermissionDenied    names the spender id
 //	ErrResourceExhausted (a *QuotaError)   ResourceExhausted   names the quota
-//	*NotLeaderError (a cluster member
-//	that is not the leader)                Unavailable         ErrorInfo NOT_LEADER, metadata leader = its API URL (when known)
-//	ErrOutcomeUnknown                      Unavailable         retry the same call
+//	*cluster.NotLeaderError (a cluster
+//	member that is not the leader)         Unavailable         ErrorInfo NOT_LEADER, metadata leader = its API URL (when known)
+//	cluster.ErrOutcomeUnknown              Unavailable         retry the same call
 //	ErrClosed, ErrNotDurable               Unavailable         retry the same call
 //	context.Canceled / DeadlineExceeded    Canceled / DeadlineExceeded
 //	anything else                          Internal            "allocator: internal error"
 func codeOf(err error) *connect.Error {
 	var ce *connect.Error
-	var ie *InputError
-	var nle *NotLeaderError
+	var ie *ledger.InputError
+	var nle *cluster.NotLeaderError
 	switch {
 	case errors.As(err, &ce):
 		return ce
 	case errors.As(err, &ie):
 		return withDetail(connect.NewError(connect.CodeInvalidArgument, err.Error()).WithCause(err),
 			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: ie.Field, Description: ie.Reason}}})
-	case errors.Is(err, ErrStaleSequence), errors.Is(err, ErrSequenceReused),
-		errors.Is(err, ErrStaleEpoch), errors.Is(err, ErrEpochReleased):
+	case errors.Is(err, ledger.ErrStaleSequence), errors.Is(err, ledger.ErrSequenceReused),
+		errors.Is(err, ledger.ErrStaleEpoch), errors.Is(err, ledger.ErrEpochReleased):
 		return withDetail(connect.NewError(connect.CodeFailedPrecondition, err.Error()).WithCause(err), refusal(err))
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, ledger.ErrInvalidArgument):
 		return connect.NewError(connect.CodeInvalidArgument, err.Error()).WithCause(err)
-	case errors.Is(err, ErrForeignSpender):
+	case errors.Is(err, ledger.ErrForeignSpender):
 		return connect.NewError(connect.CodePermissionDenied, err.Error()).WithCause(err)
-	case errors.Is(err, ErrResourceExhausted):
+	case errors.Is(err, ledger.ErrResourceExhausted):
 		return connect.NewError(connect.CodeResourceExhausted, err.Error()).WithCause(err)
 	case errors.As(err, &nle):
 		msg := "allocator: not the leader; send the same call to the leader"
 		if nle.Unknown {
 			msg = "allocator: leadership lost with the call in flight; send the same call to the leader"
 		}
-		return withDetail(connect.NewError(connect.CodeUnavailable, msg).WithCause(err), notLeader(nle.Leader))
-	case errors.Is(err, ErrOutcomeUnknown):
+		return withDetail(connect.NewError(connect.CodeUnavailable, msg).WithCause(err), leasewire.NotLeaderInfo(nle.URL))
+	case errors.Is(err, cluster.ErrOutcomeUnknown):
 		// Before the context cases: a wait that ended with its context
 		// still left an entry that may be applied.
 		return connect.NewError(connect.CodeUnavailable, "allocator: outcome unknown; retry the same call").WithCause(err)
@@ -170,30 +219,19 @@ func codeOf(err error) *connect.Error {
 // refusal is the ErrorInfo of a call refused for its epoch or sequence.
 func refusal(err error) *errdetails.ErrorInfo {
 	info := &errdetails.ErrorInfo{Domain: ration.ErrorDomain}
-	var se *StaleEpochError
+	var se *ledger.StaleEpochError
 	switch {
 	case errors.As(err, &se):
 		info.Reason = ration.ReasonStaleEpoch
 		info.Metadata = map[string]string{ration.MetaLatestEpoch: strconv.FormatUint(se.Latest, 10)}
-	case errors.Is(err, ErrStaleEpoch):
+	case errors.Is(err, ledger.ErrStaleEpoch):
 		info.Reason = ration.ReasonStaleEpoch
-	case errors.Is(err, ErrStaleSequence):
+	case errors.Is(err, ledger.ErrStaleSequence):
 		info.Reason = ration.ReasonStaleSequence
-	case errors.Is(err, ErrSequenceReused):
+	case errors.Is(err, ledger.ErrSequenceReused):
 		info.Reason = ration.ReasonSequenceReused
 	default:
 		info.Reason = ration.ReasonEpochReleased
-	}
-	return info
-}
-
-// notLeader is the ErrorInfo of a member that is not the leader: the
-// leader's API URL in MetaLeader, absent while unknown (the contract in
-// the ration package's protocol.go).
-func notLeader(leaderURL string) *errdetails.ErrorInfo {
-	info := &errdetails.ErrorInfo{Domain: ration.ErrorDomain, Reason: ration.ReasonNotLeader}
-	if leaderURL != "" {
-		info.Metadata = map[string]string{ration.MetaLeader: leaderURL}
 	}
 	return info
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator/cluster"
+	"github.com/rationhq/ration/allocator/ledger"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 )
 
@@ -23,24 +24,27 @@ func TestErrorTable(t *testing.T) {
 		msg    string
 		detail string // the BadRequest field or ErrorInfo reason (and metadata) the spender reads
 	}{
-		{&InputError{Field: "keys[3].want.tokens", Reason: "-1 outside [0, 9]"}, connect.CodeInvalidArgument, "allocator: keys[3].want.tokens: -1 outside [0, 9]", "keys[3].want.tokens"},
-		{fmt.Errorf("x: %w", ErrStaleSequence), connect.CodeFailedPrecondition, "x: stale sequence", ration.ReasonStaleSequence},
-		{fmt.Errorf("x: %w", ErrSequenceReused), connect.CodeFailedPrecondition, "x: sequence reused with a different request", ration.ReasonSequenceReused},
-		{fmt.Errorf("x: %w", ErrStaleEpoch), connect.CodeFailedPrecondition, "x: stale epoch", ration.ReasonStaleEpoch},
-		{fmt.Errorf("x: %w", &StaleEpochError{Latest: 42}), connect.CodeFailedPrecondition, "x: stale epoch (the latest seen is 42)", ration.ReasonStaleEpoch + " 42"},
-		{fmt.Errorf("x: %w", ErrEpochReleased), connect.CodeFailedPrecondition, "x: epoch released", ration.ReasonEpochReleased},
-		{fmt.Errorf("x: %w", ErrForeignSpender), connect.CodePermissionDenied, "x: spender id belongs to another credential", ""},
-		{fmt.Errorf("x: %w", &QuotaError{What: "keys", Limit: 9}), connect.CodeResourceExhausted,
+		{&ledger.InputError{Field: "keys[3].want.tokens", Reason: "-1 outside [0, 9]"}, connect.CodeInvalidArgument, "allocator: keys[3].want.tokens: -1 outside [0, 9]", "keys[3].want.tokens"},
+		{fmt.Errorf("x: %w", ledger.ErrStaleSequence), connect.CodeFailedPrecondition, "x: stale sequence", ration.ReasonStaleSequence},
+		{fmt.Errorf("x: %w", ledger.ErrSequenceReused), connect.CodeFailedPrecondition, "x: sequence reused with a different request", ration.ReasonSequenceReused},
+		{fmt.Errorf("x: %w", ledger.ErrStaleEpoch), connect.CodeFailedPrecondition, "x: stale epoch", ration.ReasonStaleEpoch},
+		{fmt.Errorf("x: %w", &ledger.StaleEpochError{Latest: 42}), connect.CodeFailedPrecondition, "x: stale epoch (the latest seen is 42)", ration.ReasonStaleEpoch + " 42"},
+		{fmt.Errorf("x: %w", ledger.ErrEpochReleased), connect.CodeFailedPrecondition, "x: epoch released", ration.ReasonEpochReleased},
+		{fmt.Errorf("x: %w", ledger.ErrForeignSpender), connect.CodePermissionDenied, "x: spender id belongs to another credential", ""},
+		{fmt.Errorf("x: %w", &ledger.QuotaError{What: "keys", Limit: 9}), connect.CodeResourceExhausted,
 			"x: resource exhausted: the call would take this credential's keys beyond its quota of 9", ""},
-		{&NotLeaderError{Leader: "https://b.example:7450"}, connect.CodeUnavailable, "allocator: not the leader; send the same call to the leader", ration.ReasonNotLeader + " https://b.example:7450"},
-		{&NotLeaderError{}, connect.CodeUnavailable, "allocator: not the leader; send the same call to the leader", ration.ReasonNotLeader},
-		{&NotLeaderError{Leader: "http://c:1", Unknown: true}, connect.CodeUnavailable, "allocator: leadership lost with the call in flight; send the same call to the leader", ration.ReasonNotLeader + " http://c:1"},
-		{fmt.Errorf("%w: %w", ErrOutcomeUnknown, context.DeadlineExceeded), connect.CodeUnavailable, "allocator: outcome unknown; retry the same call", ""},
+		{&cluster.NotLeaderError{URL: "https://b.example:7450"}, connect.CodeUnavailable, "allocator: not the leader; send the same call to the leader", ration.ReasonNotLeader + " https://b.example:7450"},
+		{&cluster.NotLeaderError{}, connect.CodeUnavailable, "allocator: not the leader; send the same call to the leader", ration.ReasonNotLeader},
+		{&cluster.NotLeaderError{URL: "http://c:1", Unknown: true}, connect.CodeUnavailable, "allocator: leadership lost with the call in flight; send the same call to the leader", ration.ReasonNotLeader + " http://c:1"},
+		{fmt.Errorf("%w: %w", cluster.ErrOutcomeUnknown, context.DeadlineExceeded), connect.CodeUnavailable, "allocator: outcome unknown; retry the same call", ""},
 		{fmt.Errorf("%w: %w", ErrClosed, cluster.ErrClosed), connect.CodeUnavailable, "allocator: shutting down", ""},
 		{ErrClosed, connect.CodeUnavailable, "allocator: shutting down", ""},
 		{fmt.Errorf("%w: disk full", ErrNotDurable), connect.CodeUnavailable, "allocator: store unavailable; retry the same call", ""},
 		{fmt.Errorf("%w by 5s (a leader waits 1s at most)", ErrClockBehind), connect.CodeUnavailable, "allocator: the leader's clock is behind the ledger's; retry the same call", ""},
 		{context.Canceled, connect.CodeCanceled, "allocator: canceled", ""},
+		{&AbandonedError{Err: context.Canceled, Applied: true}, connect.CodeCanceled, "allocator: canceled", ""},
+		{&AbandonedError{Err: context.DeadlineExceeded}, connect.CodeDeadlineExceeded, "allocator: deadline exceeded", ""},
+		{&AbandonedError{Err: context.DeadlineExceeded, Unknown: true}, connect.CodeUnavailable, "allocator: outcome unknown; retry the same call", ""},
 		{context.DeadlineExceeded, connect.CodeDeadlineExceeded, "allocator: deadline exceeded", ""},
 		{errors.New("secret detail"), connect.CodeInternal, "allocator: internal error", ""},
 	} {

@@ -53,7 +53,7 @@ func TestSharesCarryASaturatedKey(t *testing.T) {
 						// Each spender asks for the whole rate: every one is refused some.
 						s.seq++
 						calls++
-						r := acq(t, l, caller(fmt.Sprint(i), 1, s.seq), AcquireKey{Key: "k", Limits: lim,
+						r := acq(t, l, caller(fmt.Sprint(i), 1, s.seq), ledger.AcquireKey{Key: "k", Limits: lim,
 							Want: ration.Amount{Requests: 1000}, SpendRate: ration.Amount{Requests: 600},
 							Held: s.pool, Demand: ration.Amount{Requests: 300}})
 						s.pool = s.pool.Add(r.Granted).Min(r.Held)
@@ -110,7 +110,7 @@ func TestLimitDecreaseUnderSharesIsNoDebt(t *testing.T) {
 	l := newLedger(t, clk, WithTTL(10*time.Second))
 	old, lower := ration.Limits{RPM: 600}, ration.Limits{RPM: 150}
 	// Drain the bucket so that shares are granted, to two spenders.
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: old, Want: ration.Amount{Requests: 600}, Need: ration.Amount{Requests: 600}})
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: old, Want: ration.Amount{Requests: 600}, Need: ration.Amount{Requests: 600}})
 	clk.Advance(time.Second)
 	seq := map[string]uint64{"a": 1}
 	for i, who := range []string{"a", "b", "a", "b"} { // b's share comes once a renewed at its fair half
@@ -119,13 +119,13 @@ func TestLimitDecreaseUnderSharesIsNoDebt(t *testing.T) {
 		if who == "a" {
 			held.Requests = 500 // most of its first grant, unspent: above the new cap on its own
 		}
-		r := acq(t, l, caller(who, 1, seq[who]), AcquireKey{Key: "k", Limits: old, Held: held, Demand: ration.Amount{Requests: 600}})
+		r := acq(t, l, caller(who, 1, seq[who]), ledger.AcquireKey{Key: "k", Limits: old, Held: held, Demand: ration.Amount{Requests: 600}})
 		if i >= 2 && r.Share.Zero() {
 			t.Fatalf("%s: no share at saturation: %+v", who, r)
 		}
 	}
 	clk.Advance(time.Second)
-	r := acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k", Limits: lower})
+	r := acq(t, l, caller("c", 1, 1), ledger.AcquireKey{Key: "k", Limits: lower})
 	if r.Snapshot.Requests.Reset > time.Minute {
 		t.Fatalf("after the decrease the bucket takes %v to refill, more than a minute at the new rate: it is in debt (%+v)", r.Snapshot.Requests.Reset, r)
 	}
@@ -149,8 +149,8 @@ func TestShareRefillStaysTakenAcrossChanges(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newFakeClock()
 			l := newLedger(t, clk, WithTTL(10*time.Second))
-			acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 600}, Need: ration.Amount{Requests: 600}})
-			r := acq(t, l, caller("b", 1, 1), AcquireKey{Key: "k", Limits: lim, Demand: ration.Amount{Requests: 6000}})
+			acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: lim, Want: ration.Amount{Requests: 600}, Need: ration.Amount{Requests: 600}})
+			r := acq(t, l, caller("b", 1, 1), ledger.AcquireKey{Key: "k", Limits: lim, Demand: ration.Amount{Requests: 6000}})
 			if r.Share.Requests != ration.ShareUnit {
 				t.Fatalf("b's share %+v, want the whole rate", r)
 			}
@@ -160,7 +160,7 @@ func TestShareRefillStaysTakenAcrossChanges(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r = acq(t, l, caller("c", 1, 1), AcquireKey{Key: "k", Limits: tc.after})
+			r = acq(t, l, caller("c", 1, 1), ledger.AcquireKey{Key: "k", Limits: tc.after})
 			if got := r.Snapshot.Requests.Remaining; got > 0 {
 				t.Fatalf("the bucket holds %d after 5 s under a share of the whole rate, want 0", got)
 			}
@@ -176,8 +176,8 @@ func TestSnapshotReportsShared(t *testing.T) {
 	const ttl = 10 * time.Second
 	l := newLedger(t, clk, WithTTL(ttl))
 	lim := ration.Limits{RPM: 600}
-	ask := func(who string, seq uint64, demand int64) AcquireResult {
-		return acq(t, l, caller(who, 1, seq), AcquireKey{Key: "k", Limits: lim,
+	ask := func(who string, seq uint64, demand int64) ledger.AcquireResult {
+		return acq(t, l, caller(who, 1, seq), ledger.AcquireKey{Key: "k", Limits: lim,
 			Want: ration.Amount{Requests: 10}, SpendRate: ration.Amount{Requests: demand}, Demand: ration.Amount{Requests: demand}})
 	}
 	a := ask("a", 1, 200)

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -38,9 +39,10 @@ const checkpointBytes = 64 << 20
 // one huge buffer.
 const journalChunk = 15000
 
-// store persists the records the ledger's commands change, in bbolt. The
-// ledger appends each applied command's records (in order of application)
-// and waits until a group commit has made them durable; what is on disk is
+// journal is a durable Ledger's store (Open): memory's state, with the
+// records each command changes persisted in bbolt. A call appends its
+// command's records (in order of application, under memory's mutex) and
+// waits until a group commit has made them durable; what is on disk is
 // therefore always the state after a prefix of the applied commands.
 //
 // A commit appends everything appended since the last one as one entry of
@@ -50,7 +52,8 @@ const journalChunk = 15000
 // sessions buckets and empties it. Records are states, not deltas, and
 // entries are keyed by position, so replay is idempotent and ordered: a
 // crash at any point leaves a journal that replays to the same state.
-type store struct {
+type journal struct {
+	*memory
 	db     *bolt.DB
 	obs    func(time.Duration, error)
 	hook   func(stage string) error
@@ -61,47 +64,80 @@ type store struct {
 	checkpointing atomic.Bool    // a checkpoint goroutine is running
 	wg            sync.WaitGroup // the checkpoint goroutine
 
-	mu       sync.Mutex // guards chunks and appended
+	chunksMu sync.Mutex // guards chunks, spare and appended; add takes it under memory's mutex, commit alone
 	chunks   [][]byte   // journal chunks (record batches) appended and not yet taken by a commit
+	spare    [][]byte   // empty chunks a commit has written, for add to reuse (at most spareChunks)
 	appended uint64     // commands appended so far (with records)
 }
 
-func newStore(db *bolt.DB, cfg config) *store {
-	st := &store{db: db, obs: cfg.commitObserver, hook: cfg.hook, logger: cfg.logger}
+// spareChunks bounds the written chunks a journal keeps for reuse: about
+// what a commit of 64-key calls under full load writes (some 2 MB), so
+// that a steady load allocates no chunks.
+const spareChunks = 64
+
+func newJournal(db *bolt.DB, m *memory, cfg config) *journal {
+	st := &journal{memory: m, db: db, obs: cfg.commitObserver, hook: cfg.hook, logger: cfg.logger}
 	st.gc = newGroupCommit(cfg.linger, st.commit)
 	return st
 }
 
-// append adds one command's changed records to the journal's next entry:
-// encode appends them, as a record batch, to the buffer it is given. It
-// returns the position to wait for: that command's, or, if it changed
-// nothing (a retry), the last one appended.
-func (st *store) append(changed bool, encode func([]byte) []byte) uint64 {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if !changed {
+// apply applies the command build makes (memory.step) and returns its
+// reply once the records it changed, or, for a retry, every change
+// applied before it, are durable: the group commit (groupCommit) runs
+// commit for the calls that wait together. (bbolt's db.Batch arms a timer
+// per batch and queues on the writer lock, so under load many small
+// batches each pay an fsync.) If ctx ends during that wait, the call
+// stays applied in memory and its records are committed with a later
+// call's.
+func (st *journal) apply(ctx context.Context, build func(now bucket.Instant) ledger.Command) (any, error) {
+	reply, pos, err := st.step(build, st.add)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.gc.wait(ctx, pos); err != nil {
+		if err == ctx.Err() {
+			return nil, &AbandonedError{Err: err, Applied: true}
+		}
+		return nil, err
+	}
+	return reply, nil
+}
+
+// add appends the records of state that one command changed to the
+// journal's next entry, as a record batch; it runs under memory's mutex,
+// as the next command changes them. It returns the position to wait for:
+// that command's, or, if it changed nothing (a retry), the last one
+// appended.
+func (st *journal) add(state *ledger.State, changed ledger.Changes) uint64 {
+	st.chunksMu.Lock()
+	defer st.chunksMu.Unlock()
+	if changed.Empty() {
 		return st.appended
 	}
 	if n := len(st.chunks); n == 0 || len(st.chunks[n-1]) >= journalChunk {
-		st.chunks = append(st.chunks, make([]byte, 0, 2*journalChunk))
+		st.chunks = append(st.chunks, st.newChunk())
 	}
 	last := &st.chunks[len(st.chunks)-1]
-	*last = encode(*last)
+	*last = state.AppendRecords(*last, changed)
 	st.appended++
 	return st.appended
 }
 
-// wait returns once every command appended up to position target is
-// durable: the group commit (groupCommit) runs commit for the calls that
-// wait together. (bbolt's db.Batch arms a timer per batch and queues on
-// the writer lock, so under load many small batches each pay an fsync.)
-func (st *store) wait(target uint64) error { return st.gc.wait(target) }
+// newChunk returns an empty chunk, a spare one if any; chunksMu is held.
+func (st *journal) newChunk() []byte {
+	if n := len(st.spare); n > 0 {
+		c := st.spare[n-1]
+		st.spare = st.spare[:n-1]
+		return c
+	}
+	return make([]byte, 0, 2*journalChunk)
+}
 
 // commit writes everything appended so far as one journal entry, in one
 // bbolt transaction, and returns the last position it covered. On error
 // the chunks go back to the front of the queue: the next commit writes
 // them.
-func (st *store) commit() (uint64, error) {
+func (st *journal) commit() (uint64, error) {
 	start := time.Now()
 	var chunks [][]byte
 	var end uint64
@@ -109,10 +145,10 @@ func (st *store) commit() (uint64, error) {
 		if err := st.runHook("before"); err != nil {
 			return err
 		}
-		st.mu.Lock()
+		st.chunksMu.Lock()
 		chunks, end = st.chunks, st.appended
 		st.chunks = nil
-		st.mu.Unlock()
+		st.chunksMu.Unlock()
 		if err := st.put(tx, end, chunks); err != nil {
 			return err
 		}
@@ -121,12 +157,20 @@ func (st *store) commit() (uint64, error) {
 	if st.obs != nil {
 		st.obs(time.Since(start), err)
 	}
+	st.chunksMu.Lock()
 	if err != nil {
-		st.mu.Lock()
 		st.chunks = append(chunks, st.chunks...)
-		st.mu.Unlock()
+		st.chunksMu.Unlock()
 		return 0, fmt.Errorf("%w: %w", ErrNotDurable, err)
 	}
+	// bbolt has written the chunks and refers to them no more once the
+	// transaction has ended.
+	for _, c := range chunks {
+		if len(st.spare) < spareChunks && cap(c) == 2*journalChunk {
+			st.spare = append(st.spare, c[:0])
+		}
+	}
+	st.chunksMu.Unlock()
 	if st.journalBytes.Load() > checkpointBytes && st.checkpointing.CompareAndSwap(false, true) {
 		st.wg.Go(func() {
 			defer st.checkpointing.Store(false)
@@ -138,7 +182,7 @@ func (st *store) commit() (uint64, error) {
 	return end, nil
 }
 
-func (st *store) runHook(stage string) error {
+func (st *journal) runHook(stage string) error {
 	if st.hook == nil {
 		return nil
 	}
@@ -147,7 +191,7 @@ func (st *store) runHook(stage string) error {
 
 // put writes chunks to the journal in tx as one entry, keyed (end, chunk
 // number) big-endian so that entries replay in order.
-func (st *store) put(tx *bolt.Tx, end uint64, chunks [][]byte) error {
+func (st *journal) put(tx *bolt.Tx, end uint64, chunks [][]byte) error {
 	j := tx.Bucket(bucketJournal)
 	j.FillPercent = 1 // append-only: full pages
 	for n, c := range chunks {
@@ -163,16 +207,25 @@ func (st *store) put(tx *bolt.Tx, end uint64, chunks [][]byte) error {
 // checkpoint replays the journal into the keys and sessions buckets (each
 // record once, at its latest state, in name order) and empties it, in one
 // transaction.
-func (st *store) checkpoint() error {
+func (st *journal) checkpoint() error {
 	start := time.Now()
 	var n int
 	err := st.db.Update(func(tx *bolt.Tx) error {
-		latest := [2]map[string][]byte{{}, {}} // keys, sessions: the latest value of each (nil: deleted)
+		// The latest value of each record (nil: deleted), per kind (keys,
+		// sessions). A journal holds many versions of few records: a name
+		// is looked up without a string, and made one once.
+		latest := [2]map[string]*[]byte{{}, {}}
 		c := tx.Bucket(bucketJournal).Cursor()
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			n++
-			err := ledger.DecodeRecords(v, func(r ledger.Record) error {
-				latest[kindOf(r.Session)][r.Name] = r.Value
+			err := ledger.RangeRecords(v, func(session bool, name, value []byte) error {
+				m := latest[kindOf(session)]
+				if p, ok := m[string(name)]; ok {
+					*p = value
+				} else {
+					v := value // allocated for a new name only
+					m[string(name)] = &v
+				}
 				return nil
 			})
 			if err != nil {
@@ -185,7 +238,7 @@ func (st *store) checkpoint() error {
 			b := tx.Bucket(name)
 			for _, rec := range slices.Sorted(maps.Keys(latest[kind])) { // name order: sequential B+tree updates
 				var err error
-				if v := latest[kind][rec]; v != nil {
+				if v := *latest[kind][rec]; v != nil {
 					err = b.Put([]byte(rec), bytes.Clone(v)) // v is tx memory, remapped on commit
 				} else {
 					err = b.Delete([]byte(rec))
@@ -217,7 +270,13 @@ func kindOf(session bool) int {
 	return 0
 }
 
-func (st *store) close() error {
+// close closes memory, waits for a running checkpoint and closes the
+// bbolt file; commits in progress finish first (bbolt's Close waits for
+// them).
+func (st *journal) close() error {
+	if !st.shut() {
+		return nil
+	}
 	st.wg.Wait()
 	return st.db.Close()
 }
@@ -231,28 +290,33 @@ func (st *store) close() error {
 // short, flipped bytes in its pages), naming it, rather than panic later
 // in a transaction; a panic in bbolt while opening and recovering is
 // recovered into such an error too.
+//
+// An option that applies only to a replicated Ledger is an error naming it.
 func Open(path string, opts ...Option) (*Ledger, error) {
-	l, err := New(opts...)
+	cfg, err := configure(opts, journaled)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMemory(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if err := boltcheck.Check(path, storeLockWait); err != nil {
 		return nil, fmt.Errorf("allocator: store refused: %w", err)
 	}
-	st, err := openStore(path, l)
+	st, err := openJournal(path, m, cfg)
 	if err != nil {
 		return nil, err
 	}
-	l.st = st
-	return l, nil
+	return &Ledger{cfg: cfg, store: st}, nil
 }
 
 // storeLockWait is how long Open waits for another process's lock on the
 // store.
 const storeLockWait = 5 * time.Second
 
-// openStore opens the store and recovers l's state from it.
-func openStore(path string, l *Ledger) (st *store, err error) {
+// openJournal opens the bbolt file and recovers m's state from it.
+func openJournal(path string, m *memory, cfg config) (st *journal, err error) {
 	var db *bolt.DB
 	defer func() {
 		if p := recover(); p != nil {
@@ -271,9 +335,9 @@ func openStore(path string, l *Ledger) (st *store, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("allocator: open store %s: %w", path, err)
 	}
-	db.NoSync = l.cfg.noSync
-	st = newStore(db, l.cfg)
-	if err := st.recover(l.state, l.now()); err != nil {
+	db.NoSync = cfg.noSync
+	st = newJournal(db, m, cfg)
+	if err := st.recover(m.state, m.now()); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -282,7 +346,7 @@ func openStore(path string, l *Ledger) (st *store, err error) {
 
 // recover loads the stored records into state, a fresh one; now is the
 // instant from which keys not vouched for start empty.
-func (st *store) recover(state *ledger.State, now bucket.Instant) error {
+func (st *journal) recover(state *ledger.State, now bucket.Instant) error {
 	err := st.db.Update(func(tx *bolt.Tx) error {
 		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/internal/boundcheck"
 	bolt "go.etcd.io/bbolt"
 )
@@ -20,7 +21,7 @@ func TestStoreResumesExactly(t *testing.T) {
 	clk := newFakeClock()
 	path := tempDB(t)
 	l := openLedger(t, path, clk)
-	k := []AcquireKey{
+	k := []ledger.AcquireKey{
 		{Key: "k1", Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 100}},
 		{Key: "k2", Limits: ration.Limits{RPM: 60, TPM: 6000, BurstTokens: 9000}, Want: ration.Amount{Requests: 2, Tokens: 700}, Debt: ration.Amount{Requests: 0, Tokens: 50}},
 	}
@@ -28,10 +29,10 @@ func TestStoreResumesExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.ReserveAhead(ctx, caller("b", 3, 7), []ReserveKey{{Key: "k1", Limits: tpm(600), Cost: ration.Amount{Requests: 1, Tokens: 550}, MaxWait: time.Minute}}); err != nil {
+	if _, err := l.ReserveAhead(ctx, caller("b", 3, 7), []ledger.ReserveKey{{Key: "k1", Limits: tpm(600), Cost: ration.Amount{Requests: 1, Tokens: 550}, MaxWait: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Release(ctx, caller("c", 1, 1), []ReleaseKey{{Key: "k3", Limits: tpm(60), Debt: ration.Amount{Requests: 0, Tokens: 5}}}); err != nil {
+	if _, err := l.Release(ctx, caller("c", 1, 1), []ledger.ReleaseKey{{Key: "k3", Limits: tpm(60), Debt: ration.Amount{Requests: 0, Tokens: 5}}}); err != nil {
 		t.Fatal(err)
 	}
 	before := dump(l)
@@ -63,7 +64,7 @@ func TestStoreResumesExactly(t *testing.T) {
 		t.Fatalf("retry after restart: k2 snapshot %+v, want %+v (unchanged key)", r2.Keys[1].Snapshot, r1.Keys[1].Snapshot)
 	}
 	_, err = l2.Acquire(ctx, caller("c", 1, 2), k)
-	wantErr(t, err, ErrEpochReleased)
+	wantErr(t, err, ledger.ErrEpochReleased)
 }
 
 func TestStoreCrashBeforeCommitLosesOnlyUnansweredCalls(t *testing.T) {
@@ -80,7 +81,7 @@ func TestStoreCrashBeforeCommitLosesOnlyUnansweredCalls(t *testing.T) {
 		return nil
 	})
 	l := openLedger(t, path, clk, hook)
-	k := []AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}}}
+	k := []ledger.AcquireKey{{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}}}
 	if _, err := l.Acquire(ctx, caller("a", 1, 1), k); err != nil {
 		t.Fatal(err)
 	}
@@ -126,20 +127,20 @@ func testFailedCommitIsWrittenByTheNext(t *testing.T, failAt string) {
 		}
 		return nil
 	}))
-	k := func(name string) AcquireKey {
-		return AcquireKey{Key: name, Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}}
+	k := func(name string) ledger.AcquireKey {
+		return ledger.AcquireKey{Key: name, Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}}
 	}
 	acq(t, l, caller("a", 1, 1), k("k1"))
 	fail.Store(true)
-	_, err := l.Acquire(ctx, caller("a", 1, 2), []AcquireKey{k("k1"), k("k2")})
+	_, err := l.Acquire(ctx, caller("a", 1, 2), []ledger.AcquireKey{k("k1"), k("k2")})
 	wantErr(t, err, ErrNotDurable)
-	_, err = l.Acquire(ctx, caller("b", 1, 1), []AcquireKey{k("k2")})
+	_, err = l.Acquire(ctx, caller("b", 1, 1), []ledger.AcquireKey{k("k2")})
 	wantErr(t, err, ErrNotDurable)
 	fail.Store(false)
 	// Only k3 and c's session change in this call; its commit must carry
 	// the failed ones' changes to k1, k2 and the sessions of a and b.
 	acq(t, l, caller("c", 1, 1), k("k3"))
-	if _, err := l.Acquire(ctx, caller("a", 1, 2), []AcquireKey{k("k1"), k("k2")}); err != nil {
+	if _, err := l.Acquire(ctx, caller("a", 1, 2), []ledger.AcquireKey{k("k1"), k("k2")}); err != nil {
 		t.Fatalf("a's retry once commits succeed: %v", err)
 	}
 	l2 := reopenSame(t, l, path, clk)
@@ -153,8 +154,8 @@ func TestStoreKeyNotVouchedForStartsEmpty(t *testing.T) {
 	clk := newFakeClock()
 	path := tempDB(t)
 	l := openLedger(t, path, clk)
-	acq(t, l, caller("a", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
-	acq(t, l, caller("a", 1, 2), AcquireKey{Key: "ok", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	acq(t, l, caller("a", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	acq(t, l, caller("a", 1, 2), ledger.AcquireKey{Key: "ok", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
 	l.Close()
 	openLedger(t, path, clk).Close() // replays the journal into the buckets
 	db, err := bolt.Open(path, 0o600, nil)
@@ -185,23 +186,23 @@ func TestStoreKeyNotVouchedForStartsEmpty(t *testing.T) {
 	// The lost key is empty and refills from a TTL (10 s) after the
 	// recovery, when every lease granted before the loss has expired: at
 	// 1 s, 10 tokens are 9 s + 1 s away.
-	r := acq(t, l2, caller("b", 1, 1), AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Tokens: 10}, Returned: ration.Amount{Requests: 0, Tokens: 10}})
-	if r.Status != StatusNotCovered || r.RetryAfter != 10*time.Second || r.Returned != (ration.Amount{}) {
+	r := acq(t, l2, caller("b", 1, 1), ledger.AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Tokens: 10}, Returned: ration.Amount{Requests: 0, Tokens: 10}})
+	if r.Status != ledger.StatusNotCovered || r.RetryAfter != 10*time.Second || r.Returned != (ration.Amount{}) {
 		t.Fatalf("lost key: %+v, want not covered for 10 s and no return credited", r)
 	}
-	r = acq(t, l2, caller("b", 1, 2), AcquireKey{Key: "ok", Limits: tpm(600)})
+	r = acq(t, l2, caller("b", 1, 2), ledger.AcquireKey{Key: "ok", Limits: tpm(600)})
 	if r.Snapshot.Tokens.Remaining != 510 || r.ActiveSpenders != 2 {
 		t.Fatalf("intact key: %+v", r)
 	}
 	// The forgotten session: a's holding on "ok" still records sequence 2,
 	// so a repeat of that call changes nothing there.
-	r = acq(t, l2, caller("a", 1, 2), AcquireKey{Key: "ok", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
+	r = acq(t, l2, caller("a", 1, 2), ledger.AcquireKey{Key: "ok", Limits: tpm(600), Want: ration.Amount{Requests: 0, Tokens: 100}})
 	if r.Granted != (ration.Amount{}) {
 		t.Fatalf("repeat after a lost session granted %+v", r.Granted)
 	}
 	clk.Advance(10 * time.Second)
-	r = acq(t, l2, caller("b", 1, 3), AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Tokens: 10}})
-	if r.Status != StatusOK || r.Granted.Tokens != 10 {
+	r = acq(t, l2, caller("b", 1, 3), ledger.AcquireKey{Key: "k", Limits: tpm(600), Need: ration.Amount{Tokens: 10}})
+	if r.Status != ledger.StatusOK || r.Granted.Tokens != 10 {
 		t.Fatalf("lost key after its refill began: %+v, want 10 tokens granted", r)
 	}
 }
@@ -220,7 +221,7 @@ func TestStoreConcurrentCallsArePrefixConsistent(t *testing.T) {
 			defer wg.Done()
 			id := fmt.Sprintf("s%d", g)
 			for i := uint64(1); i <= 40; i++ {
-				keys := []AcquireKey{
+				keys := []ledger.AcquireKey{
 					{Key: fmt.Sprintf("k%d", i%5), Limits: tpm(6000), Want: ration.Amount{Requests: 1, Tokens: 10}, Returned: ration.Amount{Requests: 0, Tokens: 3}, Held: ration.Amount{Requests: 0, Tokens: 5}},
 					{Key: fmt.Sprintf("k%d", (i+1)%5), Limits: tpm(6000), Want: ration.Amount{Requests: 1, Tokens: 10}},
 				}
@@ -261,12 +262,12 @@ func TestStoreCheckpointKeepsState(t *testing.T) {
 	path := tempDB(t)
 	l := openLedger(t, path, clk)
 	for i := uint64(1); i <= 30; i++ {
-		keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 10}, Held: ration.Amount{Requests: 0, Tokens: 5}}}
+		keys := []ledger.AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(600), Want: ration.Amount{Requests: 1, Tokens: 10}, Held: ration.Amount{Requests: 0, Tokens: 5}}}
 		if _, err := l.Acquire(ctx, caller("a", 1, i), keys); err != nil {
 			t.Fatal(err)
 		}
 		if i%4 == 0 {
-			if err := l.st.checkpoint(); err != nil {
+			if err := journalOf(l).checkpoint(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -280,7 +281,7 @@ func TestStoreCheckpointKeepsState(t *testing.T) {
 	l2 := reopenSame(t, l, path, clk)
 	defer l2.Close()
 	var journal int
-	l2.st.db.View(func(tx *bolt.Tx) error { journal = tx.Bucket(bucketJournal).Stats().KeyN; return nil })
+	journalOf(l2).db.View(func(tx *bolt.Tx) error { journal = tx.Bucket(bucketJournal).Stats().KeyN; return nil })
 	if journal != 0 {
 		t.Fatalf("journal holds %d entries after open", journal)
 	}
@@ -298,7 +299,7 @@ func TestStoreCheckpointsDuringConcurrentCalls(t *testing.T) {
 		wg.Go(func() {
 			id := fmt.Sprintf("s%d", g)
 			for i := uint64(1); i <= 60; i++ {
-				keys := []AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(6000), Want: ration.Amount{Requests: 1, Tokens: 10}, Held: ration.Amount{Requests: 0, Tokens: 5}}}
+				keys := []ledger.AcquireKey{{Key: fmt.Sprintf("k%d", i%7), Limits: tpm(6000), Want: ration.Amount{Requests: 1, Tokens: 10}, Held: ration.Amount{Requests: 0, Tokens: 5}}}
 				if _, err := l.Acquire(ctx, caller(id, 1, i), keys); err != nil {
 					t.Error(err)
 					return
@@ -317,7 +318,7 @@ func TestStoreCheckpointsDuringConcurrentCalls(t *testing.T) {
 			reopenSame(t, l, path, clk).Close()
 			return
 		default:
-			if err := l.st.checkpoint(); err != nil {
+			if err := journalOf(l).checkpoint(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -409,7 +410,7 @@ func TestOpenRefusesADamagedStore(t *testing.T) {
 	path := tempDB(t)
 	l := openLedger(t, path, newFakeClock())
 	for i := range 3000 {
-		if _, err := l.Acquire(ctx, caller(fmt.Sprintf("s%d", i%50), 1, uint64(1+i/50)), []AcquireKey{{Key: fmt.Sprintf("key-%d", i), Limits: tpm(600)}}); err != nil {
+		if _, err := l.Acquire(ctx, caller(fmt.Sprintf("s%d", i%50), 1, uint64(1+i/50)), []ledger.AcquireKey{{Key: fmt.Sprintf("key-%d", i), Limits: tpm(600)}}); err != nil {
 			t.Fatal(err)
 		}
 	}

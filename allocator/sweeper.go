@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/rationhq/ration/allocator/cluster"
 )
 
 // SweepEvery sweeps everything every interval until ctx ends, one of
@@ -30,9 +32,9 @@ func (l *Ledger) SweepEvery(ctx context.Context, every time.Duration, log *slog.
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			k, s, err := l.sweepPart(part)
+			k, s, err := l.sweepPart(ctx, part)
 			switch {
-			case errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrOutcomeUnknown):
+			case errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, cluster.ErrOutcomeUnknown):
 				// A cluster member that is not the leader: the leader sweeps.
 			case err != nil && ctx.Err() == nil:
 				log.Warn("allocator: sweep", "err", err)

@@ -51,7 +51,7 @@ func TestRedirectKeepsTheToken(t *testing.T) {
 		t.Errorf("the gateway never logged the redirect it did not follow: %v", err)
 	}
 	for _, args := range [][]string{{"cluster", "members"}, {"backup", "-out", dir + "/backup"}} {
-		out, err := exec.CommandContext(ctx, bin.allocator, append(args, "-addr", fake.URL, "-token-file", alloc.tokens)...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, bin.allocator, append(args, "-addr", fake.URL, "-admin-token-file", alloc.tokens)...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "which -addr does not list") {
 			t.Errorf("allocator %s against the redirecting member: %v\n%s", strings.Join(args, " "), err, out)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/rationhq/ration/internal/oaierror"
 )
@@ -43,7 +44,9 @@ func ParseUpstream(raw string) (*url.URL, error) {
 // forwarded; upstreamKey, if not empty, is sent instead as a bearer
 // token. Accept-Encoding is set to identity so the limit stage can read
 // usage from the answer. An unreachable upstream is answered 502 in the
-// OpenAI error shape; a client that left gets 499 and no body.
+// OpenAI error shape; a client that left gets 499 and no body. The
+// buffers that copy answers to clients are reused (copyBuffers), and a
+// body the limit stage buffered is sent from memory.
 func newProxy(upstream *url.URL, transport http.RoundTripper, upstreamKey string, logger *slog.Logger, onError func()) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -55,9 +58,20 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, upstreamKey string
 			}
 			pr.Out.Header.Set("Accept-Encoding", "identity")
 			pr.SetXForwarded()
+			if pr.Out.Body != nil && pr.In.GetBody != nil {
+				// The limit stage holds the body in memory (replayable
+				// through GetBody). ReverseProxy wraps the body it is given
+				// in a type net/http does not know, which makes the
+				// transport send the headers and the body in two writes;
+				// the body from GetBody goes out with the headers in one.
+				if b, err := pr.In.GetBody(); err == nil {
+					pr.Out.Body = b
+				}
+			}
 		},
 		Transport:     transport,
 		FlushInterval: 0, // see above: streams still flush on every write
+		BufferPool:    new(copyBuffers),
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -70,5 +84,30 @@ func newProxy(upstream *url.URL, transport http.RoundTripper, upstreamKey string
 			oaierror.Write(w, http.StatusBadGateway, oaierror.TypeServer, "upstream_unavailable", "",
 				"The inference engine behind this gateway did not answer; try again shortly.")
 		},
+	}
+}
+
+// copyBufferSize is the size of the buffer httputil.ReverseProxy copies an
+// answer through: its own default.
+const copyBufferSize = 32 << 10
+
+// copyBuffers is the proxy's httputil.BufferPool. Without one the proxy
+// allocates a fresh 32 KiB buffer for every answer, which was half of the
+// gateway's allocated bytes per request and much of its collector's work.
+type copyBuffers struct{ pool sync.Pool }
+
+// Get returns a buffer of copyBufferSize bytes.
+func (c *copyBuffers) Get() []byte {
+	if b, ok := c.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, copyBufferSize)
+}
+
+// Put keeps b for a later Get.
+func (c *copyBuffers) Put(b []byte) {
+	if cap(b) >= copyBufferSize {
+		b = b[:copyBufferSize]
+		c.pool.Put(&b)
 	}
 }

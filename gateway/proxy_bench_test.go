@@ -1,9 +1,12 @@
 package gateway_test
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -22,6 +25,8 @@ import (
 //
 //	engine      the echo engine directly
 //	bare-proxy  a bare httputil.ReverseProxy with a pooled transport
+//	bare-proxy-buffers  the same reusing its copy buffers as the
+//	            gateway's proxy does
 //	gateway     one gateway instance (auth, the limit stage on a
 //	            standalone Limiter, the engine's /v1/tokenize, the proxy),
 //	            its connections to the engine pooled
@@ -33,11 +38,17 @@ import (
 //	gateway-tiktoken-gpt-4o  the same, counted in-process by
 //	            tiktokencount (o200k_base), no tokenize call:
 //	            gateway-demo -tokenizer tiktoken
+//	gateway-tiktoken-gpt-4o-access-log  the same with the access log
+//	            on (gateway-demo's default), its text lines written to
+//	            a file
 //
-// and reports requests/s and the process's CPU time per request of each. The target is at least
-// 0.6x the bare proxy's requests/s with engine tokenization (docs/performance.md). Interleave with -count:
+// and reports requests/s and the process's CPU time per request of each. The targets are at least
+// 0.8x the bare proxy's requests/s counting in-process and 0.6x with engine tokenization
+// (docs/performance.md). -count repeats each row before the next, so
+// compare rows within rounds of whole runs:
 //
-//	go test -run '^$' -bench BenchmarkUpstream -benchtime 3s -count 3 ./gateway
+//	go test -c -o /tmp/gw.test ./gateway
+//	for i in 1 2 3; do /tmp/gw.test -test.run '^$' -test.bench BenchmarkUpstream -test.benchtime 2s; done
 func BenchmarkUpstream(b *testing.B) {
 	const clients = 32
 	engine, _ := countedEngine(b)
@@ -52,6 +63,12 @@ func BenchmarkUpstream(b *testing.B) {
 		Transport: tr,
 	})
 	b.Cleanup(bare.Close)
+	bareBuffers := httptest.NewServer(&httputil.ReverseProxy{
+		Rewrite:    func(pr *httputil.ProxyRequest) { pr.SetURL(up) },
+		Transport:  tr,
+		BufferPool: gateway.NewCopyBuffers(),
+	})
+	b.Cleanup(bareBuffers.Close)
 	gw := pooledGateway(b, engine, gateway.DefaultUpstreamConns)
 	old, err := gateway.New(testKeys(b), testkit.Limiter(b, ration.SystemClock{}), up,
 		gateway.WithTransport(http.DefaultTransport), gateway.WithCounter(spenderhttp.TokenizeCounter{BaseURL: engine}))
@@ -63,12 +80,22 @@ func BenchmarkUpstream(b *testing.B) {
 	gwTiktoken := pooledGatewayCounting(b, engine, gateway.DefaultUpstreamConns, func(*http.Client) spenderhttp.Counter {
 		return tiktokencount.New(nil)
 	})
+	logFile, err := os.Create(filepath.Join(b.TempDir(), "access.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { logFile.Close() })
+	gwLogged := pooledGatewayCounting(b, engine, gateway.DefaultUpstreamConns, func(*http.Client) spenderhttp.Counter {
+		return tiktokencount.New(nil)
+	}, gateway.WithAccessLog(true), gateway.WithLogger(slog.New(slog.NewTextHandler(logFile, nil))))
 	gpt4o := strings.Replace(chatBody, `"model":"echo"`, `"model":"gpt-4o"`, 1)
 
 	for _, target := range []struct{ name, url, body string }{
-		{"engine", engine, chatBody}, {"bare-proxy", bare.URL, chatBody}, {"gateway", gw, chatBody},
+		{"engine", engine, chatBody}, {"bare-proxy", bare.URL, chatBody}, {"bare-proxy-buffers", bareBuffers.URL, chatBody},
+		{"gateway", gw, chatBody},
 		{"gateway-default-transport", oldSrv.URL, chatBody},
 		{"gateway-engine-gpt-4o", gw, gpt4o}, {"gateway-tiktoken-gpt-4o", gwTiktoken, gpt4o},
+		{"gateway-tiktoken-gpt-4o-access-log", gwLogged, gpt4o},
 	} {
 		b.Run(target.name, func(b *testing.B) {
 			client := &http.Client{Transport: gateway.NewUpstreamTransport(clients)}

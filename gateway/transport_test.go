@@ -46,8 +46,8 @@ func pooledGateway(t testing.TB, engineURL string, conns int) string {
 }
 
 // pooledGatewayCounting is pooledGateway with the prompt counter
-// counter(the client on the pooled transport) returns.
-func pooledGatewayCounting(t testing.TB, engineURL string, conns int, counter func(*http.Client) spenderhttp.Counter) string {
+// counter(the client on the pooled transport) returns, and opts.
+func pooledGatewayCounting(t testing.TB, engineURL string, conns int, counter func(*http.Client) spenderhttp.Counter, opts ...gateway.Option) string {
 	t.Helper()
 	up, err := gateway.ParseUpstream(engineURL)
 	if err != nil {
@@ -55,8 +55,8 @@ func pooledGatewayCounting(t testing.TB, engineURL string, conns int, counter fu
 	}
 	tr := gateway.NewUpstreamTransport(conns)
 	t.Cleanup(tr.CloseIdleConnections)
-	g, err := gateway.New(testKeys(t), testkit.Limiter(t, ration.SystemClock{}), up, gateway.WithTransport(tr),
-		gateway.WithCounter(counter(&http.Client{Transport: tr})))
+	opts = append([]gateway.Option{gateway.WithTransport(tr), gateway.WithCounter(counter(&http.Client{Transport: tr}))}, opts...)
+	g, err := gateway.New(testKeys(t), testkit.Limiter(t, ration.SystemClock{}), up, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"connectrpc.com/connect/v2"
 	"github.com/rationhq/ration"
-	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
+	"github.com/rationhq/ration/internal/leasewire"
 	sidecarv1 "github.com/rationhq/ration/proto/ration/sidecar/v1"
 	"github.com/rationhq/ration/proto/ration/sidecar/v1/sidecarv1connect"
 	"github.com/rationhq/ration/spender"
@@ -21,7 +21,7 @@ var _ sidecarv1connect.ReservationServiceHandler = (*Service)(nil)
 func (s *Service) Reserve(ctx context.Context, req *sidecarv1.ReserveRequest) (*sidecarv1.ReserveResponse, error) {
 	charges := make([]spender.Charge, len(req.GetCharges()))
 	for i, c := range req.GetCharges() {
-		charges[i] = spender.Charge{Key: c.GetKey(), Limits: limitsOf(c.GetLimits()), Cost: amountOf(c.GetCost())}
+		charges[i] = spender.Charge{Key: c.GetKey(), Limits: leasewire.LimitsOf(c.GetLimits()), Cost: leasewire.AmountOf(c.GetCost())}
 	}
 	maxWait := time.Duration(req.GetMaxWaitMs()) * time.Millisecond
 	switch {
@@ -93,7 +93,7 @@ func (s *Service) reserve(ctx context.Context, charges []spender.Charge, maxWait
 func (s *Service) Settle(_ context.Context, req *sidecarv1.SettleRequest) (*sidecarv1.SettleResponse, error) {
 	usage := make([]ration.Amount, len(req.GetUsage()))
 	for i, u := range req.GetUsage() {
-		usage[i] = amountOf(u)
+		usage[i] = leasewire.AmountOf(u)
 		if usage[i].Negative() {
 			return nil, invalid("usage[%d] has a negative field", i)
 		}
@@ -144,14 +144,4 @@ func notFound() error {
 // ceilMillis is d in whole milliseconds, rounded up.
 func ceilMillis(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// limitsOf and amountOf read the lease protocol's messages (nil is zero).
-func limitsOf(l *leasev1.Limits) ration.Limits {
-	return ration.Limits{RPM: l.GetRpm(), TPM: l.GetTpm(), BurstRequests: l.GetBurstRequests(), BurstTokens: l.GetBurstTokens(),
-		Window: time.Duration(l.GetWindowSeconds()) * time.Second}
-}
-
-func amountOf(a *leasev1.Amount) ration.Amount {
-	return ration.Amount{Requests: a.GetRequests(), Tokens: a.GetTokens()}
 }

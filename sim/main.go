@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/sim/engine"
 	"github.com/rationhq/ration/sim/report"
 	"github.com/rationhq/ration/spender"
@@ -113,7 +113,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		Horizon:      *horizon,
 	}
 	if *policyHorizon > 0 {
-		base.Policy = allocator.ShareByRate{Horizon: *policyHorizon}
+		base.Policy = ledger.ShareByRate{Horizon: *policyHorizon}
 	}
 	sweep := len(ns) > 1 || len(loads) > 1
 	runs := 0

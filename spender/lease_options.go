@@ -145,37 +145,37 @@ func WithLeases(src LeaseSource) Option {
 // suffix. Holdings are tracked per spender id and epoch, so two processes
 // must not share one.
 func WithSpenderID(id string) Option {
-	return optionFunc(func(c *config) { c.lease.spenderID = id })
+	return leasedOption("WithSpenderID", func(c *leaseConfig) { c.spenderID = id })
 }
 
 // WithEpoch sets the spender's incarnation number, which must grow across
 // restarts of the same spender id. The default, 0, means the construction
 // time in nanoseconds since the Unix epoch.
 func WithEpoch(epoch uint64) Option {
-	return optionFunc(func(c *config) { c.lease.epoch = epoch })
+	return leasedOption("WithEpoch", func(c *leaseConfig) { c.epoch = epoch })
 }
 
 // WithLeaseTuning sets a leased Limiter's timing knobs (see LeaseTuning).
 // The default is DefaultLeaseTuning().
 func WithLeaseTuning(t LeaseTuning) Option {
-	return optionFunc(func(c *config) { c.lease.tuning = t })
+	return leasedOption("WithLeaseTuning", func(c *leaseConfig) { c.tuning = t })
 }
 
 // WithFallback sets the policy for keys without a valid lease while the
 // allocator is unreachable. The default is FallbackShare.
 func WithFallback(p FallbackPolicy) Option {
-	return optionFunc(func(c *config) { c.lease.policy = p })
+	return leasedOption("WithFallback", func(c *leaseConfig) { c.policy = p })
 }
 
 // WithLogger sets where a leased Limiter logs its transitions (into and out
 // of fallback, a credential the allocator refuses, epoch changes, calls
 // given up). The default is slog.Default(), read when the Limiter is made.
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) { c.lease.logger = l })
+	return leasedOption("WithLogger", func(c *leaseConfig) { c.logger = l })
 }
 
 // WithMetrics makes the Limiter record into m (see NewMetrics). The
 // default records nothing.
 func WithMetrics(m *Metrics) Option {
-	return optionFunc(func(c *config) { c.lease.metrics = m })
+	return leasedOption("WithMetrics", func(c *leaseConfig) { c.metrics = m })
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // Option configures a Limiter. Options are applied in order by New, which
-// then checks the result: an invalid option makes New return an error
+// then checks the result: an invalid option, or one that applies only to
+// a leased Limiter given without WithLeases, makes New return an error
 // wrapping ErrInvalidOption that names it.
 type Option interface {
 	apply(*config)
@@ -23,6 +24,9 @@ type config struct {
 	shards int
 	sweep  time.Duration
 	lease  leaseConfig
+	// leasedOnly is the first option given that applies to a leased
+	// Limiter only (leasedOption), "" if none.
+	leasedOnly string
 }
 
 func defaultConfig() config {
@@ -32,6 +36,17 @@ func defaultConfig() config {
 type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
+
+// leasedOption is the option named name that sets part of a leased
+// Limiter's configuration: New refuses it without WithLeases.
+func leasedOption(name string, set func(*leaseConfig)) Option {
+	return optionFunc(func(c *config) {
+		if c.leasedOnly == "" {
+			c.leasedOnly = name
+		}
+		set(&c.lease)
+	})
+}
 
 // WithShards sets how many lock shards the Limiter spreads keys over: 1 to
 // 65536, rounded up to a power of two. The default is 256. More shards
@@ -63,6 +78,9 @@ func (c *config) validate() error {
 	}
 	l := &c.lease
 	if !l.leased {
+		if c.leasedOnly != "" {
+			return bad(c.leasedOnly, "applies to a leased Limiter only (WithLeases)")
+		}
 		return nil
 	}
 	if l.src == nil {

@@ -35,6 +35,14 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"negative horizon", []spender.Option{spender.WithLeases(src), tune(func(lt *spender.LeaseTuning) { lt.Horizon = -1 })}, "Horizon"},
 		{"zero maintenance", []spender.Option{spender.WithLeases(src), tune(func(lt *spender.LeaseTuning) { lt.MaintenanceInterval = 0 })}, "MaintenanceInterval"},
 		{"zero call timeout", []spender.Option{spender.WithLeases(src), tune(func(lt *spender.LeaseTuning) { lt.CallTimeout = 0 })}, "CallTimeout"},
+		// Options of a leased Limiter, given to a standalone one, even at
+		// their defaults.
+		{"spender id, standalone", []spender.Option{spender.WithSpenderID("gw-1")}, "WithSpenderID"},
+		{"epoch, standalone", []spender.Option{spender.WithEpoch(0)}, "WithEpoch"},
+		{"lease tuning, standalone", []spender.Option{spender.WithLeaseTuning(spender.DefaultLeaseTuning())}, "WithLeaseTuning"},
+		{"fallback, standalone", []spender.Option{spender.WithFallback(spender.FailClosed)}, "WithFallback"},
+		{"logger, standalone", []spender.Option{spender.WithShards(4), spender.WithLogger(nil)}, "WithLogger"},
+		{"metrics, standalone", []spender.Option{spender.WithMetrics(nil)}, "WithMetrics"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := spender.New(fakeclock.New(), tc.opts...)

@@ -186,8 +186,14 @@ func (n *Node) leading() error {
 	if n.IsLeader() {
 		return nil
 	}
+	return n.notLeader(false)
+}
+
+// notLeader is this node's NotLeaderError, naming the leader it knows;
+// unknown: the entry in question was proposed and may still be applied.
+func (n *Node) notLeader(unknown bool) *NotLeaderError {
 	addr, id := n.raft.LeaderWithID()
-	return &NotLeaderError{Leader: addr, LeaderID: id}
+	return &NotLeaderError{Leader: addr, LeaderID: id, URL: n.urls[id], Unknown: unknown}
 }
 
 // fresh reports whether c is an answer within the election timeout.

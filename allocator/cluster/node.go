@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,11 +65,16 @@ const ReadyLag = 16
 
 // NotLeaderError says the node is not (or no longer) the leader, and who
 // the leader is when the node knows. It wraps ErrNotLeader, and also
-// ErrOutcomeUnknown when Unknown is set.
+// ErrOutcomeUnknown when Unknown is set. The allocator answers it as the
+// lease protocol's NOT_LEADER, naming URL.
 type NotLeaderError struct {
 	Leader   raft.ServerAddress // "" when unknown
 	LeaderID raft.ServerID      // "" when unknown
-	Unknown  bool               // the entry was proposed and may still be applied
+	// URL is the leader's lease API base URL (WithAPIURLs), "" when the
+	// leader or its URL is unknown.
+	URL string
+	// Unknown: the entry was proposed and may still be applied.
+	Unknown bool
 }
 
 // Error returns "cluster: not the leader (leader <id> at <addr>)".
@@ -107,6 +113,7 @@ type options struct {
 	tune      []func(*raft.Config)
 	logger    *slog.Logger
 	localAddr raft.ServerAddress
+	urls      map[raft.ServerID]string
 }
 
 // WithBoltStore keeps the raft log and stable state in a bbolt file at
@@ -148,6 +155,13 @@ func WithRaftConfig(f func(*raft.Config)) Option {
 	return func(o *options) { o.tune = append(o.tune, f) }
 }
 
+// WithAPIURLs maps each member's raft server id to its lease API base
+// URL ("http://host:port" or "https://host:port"), which a NotLeaderError
+// names as the leader's URL. A leader missing from it is named without.
+func WithAPIURLs(urls map[raft.ServerID]string) Option {
+	return func(o *options) { o.urls = maps.Clone(urls) }
+}
+
 // WithLogger sends the Node's and raft's logs to l (default: discarded).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
@@ -160,7 +174,8 @@ type Node struct {
 	raft  *raft.Raft
 	fsm   *FSM
 	log   *slog.Logger
-	bolt  io.Closer // the store WithBoltStore opened, or nil
+	urls  map[raft.ServerID]string // WithAPIURLs; read-only
+	bolt  io.Closer                // the store WithBoltStore opened, or nil
 	store *watchedStore
 	// marker is the file that says the data directory held a member's
 	// raft state (WithBoltStore's), or "".
@@ -207,7 +222,7 @@ func New(id raft.ServerID, trans raft.Transport, cfg ledger.Config, opts ...Opti
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{id: id, trans: trans, fsm: fsm, log: lg, started: time.Now(), stopped: make(chan struct{})}
+	n := &Node{id: id, trans: trans, fsm: fsm, log: lg, urls: o.urls, started: time.Now(), stopped: make(chan struct{})}
 	switch {
 	case o.boltPath != "":
 		n.marker = filepath.Join(filepath.Dir(o.boltPath), memberMarker)
@@ -618,11 +633,9 @@ func (n *Node) wait(ctx context.Context, f raft.Future) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		addr, id := n.raft.LeaderWithID()
-		return &NotLeaderError{Leader: addr, LeaderID: id}
+		return n.notLeader(false)
 	case errors.Is(err, raft.ErrLeadershipLost):
-		addr, id := n.raft.LeaderWithID()
-		return &NotLeaderError{Leader: addr, LeaderID: id, Unknown: true}
+		return n.notLeader(true)
 	case errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrAbortedByRestore):
 		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 	}

@@ -59,28 +59,39 @@ func (e *enc) put(op byte, name string, value []byte) {
 // values alias b. A malformed batch is an error (after f has seen the
 // records before the damage).
 func DecodeRecords(b []byte, f func(Record) error) error {
+	return RangeRecords(b, func(session bool, name, value []byte) error {
+		return f(Record{Session: session, Name: string(name), Value: value})
+	})
+}
+
+// RangeRecords is DecodeRecords without a string per record: f gets each
+// record's name as bytes aliasing b too (a journal replay looks up many
+// versions of few records).
+func RangeRecords(b []byte, f func(session bool, name, value []byte) error) error {
 	d := &dec{b: b}
 	for len(d.b) > 0 && d.err == nil {
 		op := d.byte()
-		r := Record{Name: d.str(max(ration.MaxKeyLen, ration.MaxSpenderIDLen))}
+		name := d.bytes(max(ration.MaxKeyLen, ration.MaxSpenderIDLen))
+		var session bool
+		var value []byte
 		switch op {
 		case opKeyPut, opSessionPut:
-			r.Session = op == opSessionPut
+			session = op == opSessionPut
 			m := d.u()
 			if m == 0 || m > uint64(len(d.b)) {
 				d.fail()
 				break
 			}
-			r.Value, d.b = d.b[:m:m], d.b[m:]
+			value, d.b = d.b[:m:m], d.b[m:]
 		case opKeyDelete, opSessionDelete:
-			r.Session = op == opSessionDelete
+			session = op == opSessionDelete
 		default:
 			d.fail()
 		}
 		if d.err != nil {
 			break
 		}
-		if err := f(r); err != nil {
+		if err := f(session, name, value); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 
 	"github.com/rationhq/ration"
@@ -61,16 +62,22 @@ func validateKeys(c Caller, n int, allowEmpty bool, keyAt func(i int) (string, r
 	if n > ration.MaxBatch {
 		return inputErr("keys", "%d entries, at most %d", n, ration.MaxBatch)
 	}
-	seen := make(map[string]int, n)
+	// Duplicates are found through an open-addressing table of key
+	// indexes on the stack, at most half full: no map to allocate per call.
+	var seen [2 * ration.MaxBatch]int16                  // key index + 1; 0: free
+	mask := uint64(1)<<bits.Len(uint(2*max(n, 1)-1)) - 1 // a power of two, at least 2n
 	for i := range n {
 		name, lim := keyAt(i)
 		if err := ration.ValidKey(name); err != nil {
 			return inputErr(keyField(i, "key"), "%v", err)
 		}
-		if j, dup := seen[name]; dup {
-			return inputErr(keyField(i, "key"), "duplicates keys[%d].key", j)
+		h := fnv1a(name) & mask
+		for ; seen[h] != 0; h = (h + 1) & mask {
+			if j := int(seen[h]) - 1; name == keyNameAt(keyAt, j) {
+				return inputErr(keyField(i, "key"), "duplicates keys[%d].key", j)
+			}
 		}
-		seen[name] = i
+		seen[h] = int16(i + 1)
 		if err := validateLimits(i, lim); err != nil {
 			return err
 		}
@@ -78,11 +85,29 @@ func validateKeys(c Caller, n int, allowEmpty bool, keyAt func(i int) (string, r
 	return nil
 }
 
+func keyNameAt(keyAt func(i int) (string, ration.Limits), i int) string {
+	name, _ := keyAt(i)
+	return name
+}
+
+// fnv1a is the 64-bit FNV-1a hash of s.
+func fnv1a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * 1099511628211
+	}
+	return h
+}
+
 func validateAcquire(c Caller, keys []AcquireKey) error {
 	if err := validateKeys(c, len(keys), false, func(i int) (string, ration.Limits) { return keys[i].Key, keys[i].Limits }); err != nil {
 		return err
 	}
-	for i, k := range keys {
+	for i := range keys {
+		k := &keys[i]
+		if inRange(k.Want) && inRange(k.Need) && inRange(k.SpendRate) && inRange(k.Returned) && inRange(k.Held) && inRange(k.Debt) && inRange(k.Demand) {
+			continue // the common case, without naming the fields
+		}
 		for _, a := range []struct {
 			name string
 			v    ration.Amount
@@ -93,6 +118,12 @@ func validateAcquire(c Caller, keys []AcquireKey) error {
 		}
 	}
 	return nil
+}
+
+// inRange reports whether both of a's fields are within [0, MaxAmount]
+// (validateAmount's check).
+func inRange(a ration.Amount) bool {
+	return uint64(a.Requests) <= ration.MaxAmount && uint64(a.Tokens) <= ration.MaxAmount
 }
 
 func validateReserve(c Caller, keys []ReserveKey) error {

@@ -62,7 +62,7 @@ type addRequest struct {
 	RaftAddress string `json:"raft_address"`
 }
 
-func adminHandler(led *allocator.Ledger, peers cluster.PeerProgress, urls map[raft.ServerID]string, log *slog.Logger) http.Handler {
+func adminHandler(led *allocator.Member, peers cluster.PeerProgress, urls map[raft.ServerID]string, log *slog.Logger) http.Handler {
 	a := &admin{led: led, node: led.Node(), peers: peers, urls: urls, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/cluster", a.members)
@@ -74,7 +74,7 @@ func adminHandler(led *allocator.Ledger, peers cluster.PeerProgress, urls map[ra
 }
 
 type admin struct {
-	led   *allocator.Ledger
+	led   *allocator.Member
 	node  *cluster.Node
 	peers cluster.PeerProgress
 	urls  map[raft.ServerID]string

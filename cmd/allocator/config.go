@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/internal/envflag"
 	"github.com/rationhq/ration/internal/serverlimits"
 )
@@ -30,7 +30,7 @@ type config struct {
 	tlsKey           string
 	sessionRetention time.Duration
 	limitsFile       string
-	quota            allocator.Quota
+	quota            ledger.Quota
 	commitLinger     time.Duration
 	sweepInterval    time.Duration
 	shutdownTimeout  time.Duration

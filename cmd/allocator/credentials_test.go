@@ -103,13 +103,7 @@ func TestEachCredentialOpensOneRole(t *testing.T) {
 
 	admin := func(token string) int {
 		req, _ := http.NewRequest(http.MethodGet, base+"/admin/cluster", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return statusWith(t, req, token)
 	}
 	for tok, want := range map[string]int{testAdminToken: 200, testToken: 401, "other-token": 401, testPeerToken: 401} {
 		if got := admin(tok); got != want {

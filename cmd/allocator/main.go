@@ -32,7 +32,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if len(os.Args) == 2 && (os.Args[1] == "-version" || os.Args[1] == "--version") {
+	if version.Requested(os.Args[1:]) {
 		fmt.Println("allocator", version.String())
 		return
 	}

@@ -27,9 +27,9 @@ import (
 // state forms the cluster of -cluster-peers; a raft.db that lost a
 // member's state is refused unless -cluster-force-new.
 //
-// It returns the Ledger and the stream layer, whose record of the peers'
+// It returns the member and the stream layer, whose record of the peers'
 // answers the admin API's membership changes go by.
-func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slog.Logger, opts []allocator.Option) (*allocator.Ledger, *cluster.StreamLayer, error) {
+func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slog.Logger, opts []allocator.Option) (*allocator.Member, *cluster.StreamLayer, error) {
 	cf := cfg.cluster
 	if _, err := os.Stat(filepath.Join(cfg.dataDir, "allocator.db")); err == nil {
 		log.Warn("allocator: the data directory holds a journal (allocator.db) from a run without -cluster-id; a cluster member does not read it")
@@ -88,12 +88,13 @@ func openMember(cfg config, tokens []string, reg prometheus.Registerer, log *slo
 		cluster.WithRaftConfig(func(c *raft.Config) {
 			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = et, et, et/2
 		}),
+		cluster.WithAPIURLs(cf.peers.urls()),
 	}
 	if cf.forceNew {
 		nodeOpts = append(nodeOpts, cluster.WithForceNew(cf.peers.servers()))
 	}
 	led, err := allocator.NewReplicated(allocator.ClusterConfig{
-		ID: raft.ServerID(cf.id), Transport: trans, APIURLs: cf.peers.urls(), Node: nodeOpts}, opts...)
+		ID: raft.ServerID(cf.id), Transport: trans, Node: nodeOpts}, opts...)
 	if errors.Is(err, cluster.ErrLostState) {
 		err = fmt.Errorf("%w (-cluster-force-new)", err)
 	}

@@ -77,6 +77,13 @@ func (g *gate) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1
 	return nil, errNotReady
 }
 
+// AtQuota is the service's (allocator.Mount refuses the calls of a
+// credential at its quota before reading them); none before it is open.
+func (g *gate) AtQuota(cred string) bool {
+	s := g.svc.Load()
+	return s != nil && s.AtQuota(cred)
+}
+
 // serve runs the allocator on ln until ctx is done.
 func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) error {
 	var interceptors []connect.ServerInterceptor
@@ -193,9 +200,12 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 		log.Info("allocator: holding the fleet's limits", "file", cfg.limitsFile, "budgets", len(held))
 	}
 	var led *allocator.Ledger
+	var member *allocator.Member // a cluster member's Ledger; nil alone
 	var peers *cluster.StreamLayer
 	if cfg.cluster.on() {
-		led, peers, err = openMember(cfg, creds.peer, reg, log, opts)
+		if member, peers, err = openMember(cfg, creds.peer, reg, log, opts); err == nil {
+			led = member.Ledger
+		}
 	} else {
 		led, err = allocator.Open(filepath.Join(cfg.dataDir, "allocator.db"), append(opts,
 			allocator.WithCommitObserver(func(d time.Duration, err error) {
@@ -215,9 +225,9 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 		led.Close()
 		return err
 	}
-	if nd := led.Node(); nd != nil {
-		node.Store(nd)
-		a := adminHandler(led, peers, cfg.cluster.peers.urls(), log)
+	if member != nil {
+		node.Store(member.Node())
+		a := adminHandler(member, peers, cfg.cluster.peers.urls(), log)
 		adminAPI.Store(&a)
 	}
 	g.svc.Store(allocator.NewService(led, allocator.WithMetrics(metrics), allocator.WithServiceLogger(log)))
@@ -227,7 +237,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	// it stops when it learns that it was removed from the cluster.
 	var removed <-chan error // never, alone
 	stopWatch := func() {}
-	if nd := led.Node(); nd != nil {
+	if nd := node.Load(); nd != nil {
 		removed, stopWatch = startWatch(nd, log)
 	} else {
 		log.Info("allocator: ready")
@@ -258,7 +268,7 @@ func serve(ctx context.Context, cfg config, ln net.Listener, log *slog.Logger) e
 	stopSweep()
 	<-sweepDone
 	g.svc.Store(nil)
-	handOver(led.Node(), log)
+	handOver(node.Load(), log)
 	if err := led.Close(); err != nil {
 		return errors.Join(runErr, fmt.Errorf("close store: %w", err))
 	}

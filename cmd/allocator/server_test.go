@@ -234,6 +234,47 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// statusWith sends req with token as its bearer token and returns the
+// answer's HTTP status.
+func statusWith(t *testing.T, req *http.Request, token string) int {
+	t.Helper()
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestQuotaRefusedBeforeRead: through the binary's wiring, once a
+// credential's call was refused for its quota, its next Acquire is refused
+// before its message is read (a body that does not decode gets
+// ResourceExhausted, not InvalidArgument); another credential's is read.
+func TestQuotaRefusedBeforeRead(t *testing.T) {
+	ts := startServer(t, testConfig(t, "-max-keys-per-credential", "1"))
+	c := leaseClient(testkit.H2CClient(), "http://"+ts.addr)
+	over := acquireReq("s", 1, "k1")
+	over.Keys = append(over.Keys, acquireReq("s", 1, "k2").Keys...)
+	if _, err := c.Acquire(authed(testToken), over); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("two keys over a quota of one: %v, want resource exhausted", err)
+	}
+	garbage := func(token string) int {
+		req, err := http.NewRequest(http.MethodPost, "http://"+ts.addr+leasev1connect.LeaseServiceAcquireProcedure, strings.NewReader("\xff\xff not a message"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/proto")
+		return statusWith(t, req, token)
+	}
+	if code := garbage(testToken); code != http.StatusTooManyRequests {
+		t.Errorf("a credential at its quota: HTTP %d, want 429 (resource exhausted, before the body is read)", code)
+	}
+	if code := garbage("other-token"); code != http.StatusBadRequest {
+		t.Errorf("another credential: HTTP %d, want 400 (its body is read and refused)", code)
+	}
+}
+
 // TestLimitsFile: with -limits-file (the gateways' keys file), a call's
 // limits are the file's whatever it sends, and a key the file does not
 // list is refused naming its field; a bad file stops the start.

@@ -22,6 +22,8 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/rationhq/ration/internal/version"
 )
 
 func main() {
@@ -29,6 +31,10 @@ func main() {
 	defer stop()
 	hup, stopHUP := notifyReload() // before anything else: an unhandled SIGHUP would end the process
 	defer stopHUP()
+	if version.Requested(os.Args[1:]) {
+		fmt.Println("gateway-demo", version.String())
+		return
+	}
 	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return // -help printed the usage: not a failure

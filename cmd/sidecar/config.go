@@ -41,10 +41,23 @@ type config struct {
 	unixSocketMode uint
 }
 
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// usage heads -help, before the flags and their environment variables.
+const usage = `usage: sidecar (-allocator URL[,URL...] -token-file FILE | -embedded) [flags]
+
+Serves, on one listener, Envoy's rate limit service (with -ratelimit-config), the reserve/settle
+API for any language, /healthz, /readyz and /metrics, admitting from a leased Limiter
+(docs/integrations.md). -version prints the build.
+
+Each flag may also come from the environment variable beside it; the command line wins.
+
+flags:
+`
+
+// parseConfig reads the flags and RATION_SIDECAR_* variables; -help writes
+// the usage to help and returns flag.ErrHelp.
+func parseConfig(args []string, getenv func(string) string, help io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("sidecar", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:7460", "address to serve on: HOST:PORT (keep it on loopback) or unix:/path/to/socket")
 	fs.StringVar(&c.allocatorURL, "allocator", "", "the allocator's URL, or every member of an allocator cluster, comma-separated (http://a:7450,http://b:7450,http://c:7450)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the gateway bearer token for -allocator (the first token in it)")
@@ -62,7 +75,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	c.limits.Register(fs, "; calls are unary, so every reply is due well within it")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines (default: text)")
-	if err := envflag.Parse(fs, envPrefix, getenv, args); err != nil {
+	if err := envflag.ParseHelp(fs, envPrefix, getenv, args, help, usage); err != nil {
 		return c, err
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {

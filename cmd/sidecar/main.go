@@ -15,8 +15,8 @@
 //     sidecar -embedded -ratelimit-config /etc/ratelimit
 //     sidecar -allocator http://a:7450,http://b:7450,http://c:7450 -token-file /etc/ration/token
 //
-// Flags and RATION_SIDECAR_* environment variables are described by -help
-// and docs/integrations.md. SIGTERM or SIGINT drains in-flight calls,
+// Flags and RATION_SIDECAR_* environment variables are listed by -help
+// and described in docs/integrations.md; -version prints the build. SIGTERM or SIGINT drains in-flight calls,
 // settles the reservations still held at their reserved cost and returns
 // every lease. SIGHUP reloads the rate limit configuration, which is also
 // reloaded when its files change.
@@ -30,6 +30,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/rationhq/ration/internal/version"
 )
 
 func main() {
@@ -37,12 +39,16 @@ func main() {
 	defer stop()
 	hup := make(chan os.Signal, 1) // before anything else: an unhandled SIGHUP would end the process
 	signal.Notify(hup, syscall.SIGHUP)
-	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
+	if version.Requested(os.Args[1:]) {
+		fmt.Println("sidecar", version.String())
+		return
+	}
+	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return // -help printed the usage: not a failure
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sidecar:", err)
+		fmt.Fprintln(os.Stderr, "sidecar:", err, "('sidecar -help' lists the flags)")
 		os.Exit(2)
 	}
 	if err := run(ctx, cfg, deps{logOut: os.Stderr, hup: hup}); err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"net"
 	"net/http"
 	"os"
@@ -269,6 +271,15 @@ func TestFlags(t *testing.T) {
 	}, &strings.Builder{})
 	if err != nil || !cfg.embedded || cfg.hold != time.Minute {
 		t.Fatalf("environment: %+v %v", cfg, err)
+	}
+	var help strings.Builder
+	if _, err := parseConfig([]string{"-help"}, func(string) string { return "" }, &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-help: %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"usage: sidecar", "-ratelimit-config", "(env RATION_SIDECAR_RATELIMIT_CONFIG)", "(env RATION_SIDECAR_TOKEN_FILE)"} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("-help does not say %q:\n%s", want, help.String())
+		}
 	}
 }
 

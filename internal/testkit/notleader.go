@@ -3,9 +3,7 @@ package testkit
 import (
 	"connectrpc.com/connect/v2"
 	"connectrpc.com/connect/v2/connectproto"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-
-	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/internal/leasewire"
 )
 
 // NotLeader is a cluster member's refusal of a lease call as the ration
@@ -14,11 +12,7 @@ import (
 // leader for "". For fake members in tests of spenders that follow the
 // leader.
 func NotLeader(leader string) *connect.Error {
-	info := &errdetails.ErrorInfo{Domain: ration.ErrorDomain, Reason: ration.ReasonNotLeader}
-	if leader != "" {
-		info.Metadata = map[string]string{ration.MetaLeader: leader}
-	}
-	d, err := connectproto.NewErrorDetail(info)
+	d, err := connectproto.NewErrorDetail(leasewire.NotLeaderInfo(leader))
 	if err != nil {
 		panic(err) // an ErrorInfo always marshals
 	}

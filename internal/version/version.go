@@ -48,3 +48,9 @@ func describe(stamped string, bi *debug.BuildInfo) string {
 	}
 	return strings.TrimSpace(v + " " + bi.GoVersion)
 }
+
+// Requested reports whether a command's arguments ask for its version
+// alone: exactly one argument, -version or --version.
+func Requested(args []string) bool {
+	return len(args) == 1 && (args[0] == "-version" || args[0] == "--version")
+}

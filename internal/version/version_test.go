@@ -24,3 +24,20 @@ func TestDescribe(t *testing.T) {
 		}
 	}
 }
+
+func TestRequested(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"-version"}, true},
+		{[]string{"--version"}, true},
+		{nil, false},
+		{[]string{"-version", "-listen", "x"}, false}, // a flag among others is the command's to refuse
+		{[]string{"version"}, false},
+	} {
+		if got := Requested(c.args); got != c.want {
+			t.Errorf("Requested(%q) = %v, want %v", c.args, got, c.want)
+		}
+	}
+}

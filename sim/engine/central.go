@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
+	"github.com/rationhq/ration/internal/leasewire"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/spender"
 )
@@ -63,18 +64,15 @@ type part struct{ want, returned, debt, held ration.Amount }
 func (c *central) call(s *sim, ep int32, parts []part) {
 	e := s.eps[ep]
 	e.seq++
-	amt := func(x ration.Amount) *leasev1.Amount {
-		return &leasev1.Amount{Requests: x.Requests, Tokens: x.Tokens}
-	}
 	keys := make([]*leasev1.KeyAcquire, len(parts))
 	for i, p := range parts {
 		b := &s.budgets[e.bud[i]]
 		lim := b.lim
 		keys[i] = &leasev1.KeyAcquire{
-			Key: b.name,
-			Limits: &leasev1.Limits{Rpm: lim.RPM, Tpm: lim.TPM, BurstRequests: lim.BurstRequests, BurstTokens: lim.BurstTokens,
-				WindowSeconds: uint32(lim.Window / time.Second)},
-			Want: amt(p.want), Need: amt(p.want), Returned: amt(p.returned), Debt: amt(p.debt), Held: amt(p.held),
+			Key:    b.name,
+			Limits: leasewire.NewLimits(lim),
+			Want:   leasewire.NewAmount(p.want), Need: leasewire.NewAmount(p.want), Returned: leasewire.NewAmount(p.returned),
+			Debt: leasewire.NewAmount(p.debt), Held: leasewire.NewAmount(p.held),
 		}
 	}
 	s.begin(ep, &leasev1.AcquireRequest{

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/rationhq/ration"
-	"github.com/rationhq/ration/allocator"
+	"github.com/rationhq/ration/allocator/ledger"
 	"github.com/rationhq/ration/spender"
 )
 
@@ -77,7 +77,7 @@ type Config struct {
 
 	Net          Net
 	TTL          time.Duration          // allocator lease TTL; default 10s (the allocator's)
-	Policy       allocator.Policy       // lease sizing; nil = allocator.ShareByRate{}
+	Policy       ledger.Policy          // lease sizing; nil = ledger.ShareByRate{}
 	Fallback     spender.FallbackPolicy // leased spenders' policy while the allocator is unreachable
 	SlowDeadline time.Duration          // spender slow-path deadline; default 50ms (the spender's)
 	Horizon      time.Duration          // spender lease horizon; default 2s (the spender's)

@@ -93,9 +93,10 @@ func TestMiddlewareBodyBytesInFlightCap(t *testing.T) {
 		spenderhttp.Middleware(rec, nil, spenderhttp.WithMaxBodyBytes(1<<20),
 			spenderhttp.WithMaxBodyBytesInFlight(126<<10))(&echoHandler{}))
 
-	// A body that has sent 40 KiB has been charged its buffers of 4, 8, 16,
-	// 32 and 64 KiB (the smaller ones are garbage, not yet freed): 124 KiB
-	// of the cap, which leaves less than another body's first 4 KiB.
+	// A body of unknown length that has sent 40 KiB has been charged its
+	// buffers of 4, 8, 16, 32 and 64 KiB (the smaller ones are garbage,
+	// not yet freed): 124 KiB of the cap, which leaves less than the first
+	// buffer of another body declaring 3 KiB.
 	stalled := make(chan struct{}, 1)
 	release := make(chan struct{})
 	prefix := `{"prompt":"` + strings.Repeat("x", 40<<10)
@@ -112,7 +113,7 @@ func TestMiddlewareBodyBytesInFlightCap(t *testing.T) {
 		t.Fatal("the slow body was not read within 10s")
 	}
 
-	w := do(h, chat(""))
+	w := do(h, chat(strings.Repeat("y", 3<<10)))
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("with the cap held: status %d, Retry-After %q; want 503 and 1", w.Code, w.Header().Get("Retry-After"))
 	}

@@ -321,14 +321,15 @@ func rewriteBody(body []byte, fields map[string]json.RawMessage) ([]byte, error)
 // flight (WithMaxBodyBytesInFlight) is reached.
 var errBodyBudget = errors.New("spenderhttp: body bytes in flight at the cap")
 
-// minBodyChunk is the first buffer readBody allocates and its smallest
-// growth step.
+// minBodyChunk is the first buffer readBody allocates for a body of
+// unknown or larger declared length.
 const minBodyChunk = 4 << 10
 
 // readBody reads r's body up to limit bytes and reports whether it was
 // larger. A declared Content-Length above limit is refused unread. The
-// buffer grows only as bytes arrive (doubling, from minBodyChunk), never
-// from the declared length, so memory follows what the client has sent;
+// buffer grows only as bytes arrive (doubling, from minBodyChunk or a
+// smaller declared length), never past minBodyChunk on the declared
+// length alone, so memory follows what the client has sent;
 // each buffer is charged to b in full before it is allocated (the smaller
 // ones it replaces stay in memory until the collector frees them, so a
 // body of n bytes is charged about 2n), and errBodyBudget comes back when
@@ -348,8 +349,14 @@ func readBody(r *http.Request, limit int64, b *bodyBudget) (body []byte, held in
 				return nil, held, true, nil
 			}
 			// Grow to at most limit+1: one byte past the cap tells a body
-			// over it from one exactly at it.
-			next := min(max(2*int64(cap(buf)), minBodyChunk), limit+1)
+			// over it from one exactly at it. A declared length under
+			// minBodyChunk sizes the first buffer (plus the byte that
+			// reads the end): most requests are that small.
+			first := int64(minBodyChunk)
+			if r.ContentLength > 0 && r.ContentLength < minBodyChunk {
+				first = r.ContentLength + 1
+			}
+			next := min(max(2*int64(cap(buf)), first), limit+1)
 			if !b.acquire(next) {
 				return nil, held, false, errBodyBudget
 			}

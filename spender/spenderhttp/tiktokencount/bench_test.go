@@ -62,18 +62,20 @@ func BenchmarkEstimate(b *testing.B) {
 	}
 }
 
-// BenchmarkCountText measures CountTokens on 64 KiB of English prose and
-// on 64 KiB of letter runs at MaxRunBytes (the slowest text the bounds
+// BenchmarkCountText measures CountTokens on 64 KiB of English prose
+// (ASCII: the hand-written splitters), of German and Japanese prose (the
+// pattern) and of letter runs at MaxRunBytes (the slowest text the bounds
 // let through), per encoding, in MB/s.
 //
 //	go test -run '^$' -bench BenchmarkCountText -count 3 ./spender/spenderhttp/tiktokencount
 func BenchmarkCountText(b *testing.B) {
 	const size = 64 << 10
 	prose := strings.Repeat("The quick brown fox jumps over the lazy dog; rate limits keep a shared engine fair. ", size/84)
+	nonASCII := strings.Repeat("Schöne Grüße aus München: 日本語の文章も数えます。", size/66)
 	runs := strings.Repeat(strings.Repeat("a", tiktokencount.MaxRunBytes)+" ", size/(tiktokencount.MaxRunBytes+1))
 	ctx := context.Background()
 	c := tiktokencount.New(nil)
-	for _, text := range []struct{ name, s string }{{"prose", prose}, {"runs", runs}} {
+	for _, text := range []struct{ name, s string }{{"prose", prose}, {"non-ascii", nonASCII}, {"runs", runs}} {
 		for _, model := range []string{"gpt-4", "gpt-4o"} {
 			b.Run(text.name+"/"+tiktokencount.EncodingForModel(model), func(b *testing.B) {
 				if _, err := c.CountTokens(ctx, model, text.s); err != nil {

@@ -9,8 +9,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/pkoukk/tiktoken-go"
-	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 	"github.com/rationhq/ration/spender/spenderhttp"
 )
 
@@ -44,10 +42,11 @@ const (
 // Counter's next counter (or, without one, the estimate's bytes/4).
 const (
 	// MaxBytes is the most text one count encodes in-process: the sum of
-	// the texts of one CountTokens or CountMessages call. tiktoken-go
-	// encodes 2.1-2.7 MB/s of prose on one core, 1.5-2.0 MB/s of runs at
-	// MaxRunBytes (BenchmarkCountText, docs/performance.md), so 256 KiB
-	// (about 60k tokens of English) takes 0.1-0.2 s.
+	// the texts of one CountTokens or CountMessages call. A core counts
+	// over 80 MB/s of ASCII prose but only 2-6 MB/s of text with other
+	// characters (the pattern's engine) or of runs at MaxRunBytes
+	// (BenchmarkCountText, docs/performance.md), so 256 KiB takes at most
+	// about 0.1 s.
 	MaxBytes = 256 << 10
 	// MaxRunBytes is the longest run of letters, of whitespace or of other
 	// non-digit characters a text may hold. BPE merging is quadratic in
@@ -98,38 +97,6 @@ func EncodingForModel(model string) string {
 	return enc
 }
 
-// loaderOnce guards the one write this package makes outside its own
-// values. tiktoken-go reads its BPE files through a loader held in a
-// package variable, without a lock, and its default loader downloads
-// them from the internet (and caches them under the temp dir). The first
-// encoding any Counter loads installs the offline loader, whose files are
-// embedded in the binary; sync.Once makes that one write happen before
-// every load of ours, so that Counters loading encodings concurrently do
-// not race on the variable. It is not done in init so that a program that
-// links this package but counts nothing keeps tiktoken-go as it was.
-var loaderOnce sync.Once
-
-func installLoader() {
-	loaderOnce.Do(func() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) })
-}
-
-// encoding is one loaded encoding.
-type encoding struct {
-	name  string
-	tk    *tiktoken.Tiktoken
-	roles map[string]int64 // tokens of the common roles; never written after load
-}
-
-// count returns the number of tokens text encodes to. Special tokens'
-// text (such as "<|endoftext|>") counts as ordinary text, as the API
-// treats a client's text.
-func (e *encoding) count(text string) int64 {
-	if text == "" {
-		return 0
-	}
-	return int64(len(e.tk.EncodeOrdinary(text)))
-}
-
 func (e *encoding) countRole(role string) int64 {
 	if n, ok := e.roles[role]; ok {
 		return n
@@ -137,10 +104,10 @@ func (e *encoding) countRole(role string) int64 {
 	return e.count(role)
 }
 
-// guard turns a panic in tiktoken-go into an error, so that a client's
-// text can never take the limit stage down: the count then goes to the
-// next counter (or bytes/4). No input is known to panic
-// (FuzzCountTokens); this is the library's code, not ours.
+// guard turns a panic while counting (in regexp2, say) into an error, so
+// that a client's text can never take the limit stage down: the count
+// then goes to the next counter (or bytes/4). No input is known to panic
+// (FuzzCountTokens).
 func (e *encoding) guard(err *error) {
 	if r := recover(); r != nil {
 		*err = fmt.Errorf("tiktokencount: %s panicked: %v", e.name, r)
@@ -157,18 +124,7 @@ func newEncodings() *encodings {
 }
 
 func lazyEncoding(name string) func() (*encoding, error) {
-	return sync.OnceValues(func() (*encoding, error) {
-		installLoader()
-		tk, err := tiktoken.GetEncoding(name)
-		if err != nil {
-			return nil, fmt.Errorf("tiktokencount: loading %s: %w", name, err)
-		}
-		e := &encoding{name: name, tk: tk, roles: make(map[string]int64)}
-		for _, r := range []string{"system", "developer", "user", "assistant", "tool", "function"} {
-			e.roles[r] = e.count(r)
-		}
-		return e, nil
-	})
+	return sync.OnceValues(func() (*encoding, error) { return loadEncoding(name) })
 }
 
 func (es *encodings) get(name string) (*encoding, error) {
