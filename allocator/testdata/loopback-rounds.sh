@@ -16,8 +16,8 @@
 # Prints one line per run (round, version, echo calls/s, allocator calls/s,
 # ratio, cpu-µs per call of each, their ratio echo ÷ allocator, calls per
 # commit) and the median ratios per version. Both processes are CPU-bound,
-# so the CPU ratio predicts the calls/s ratio on idle cores, and it does not
-# move when other processes share them.
+# so the CPU ratio predicts the calls/s ratio on idle cores, and it moves
+# far less than calls/s when other processes share them.
 set -euo pipefail
 rounds=${1:?rounds}; row=${2:?row}; calls=${3:?calls}; shift 3
 root=$(git rev-parse --show-toplevel)
