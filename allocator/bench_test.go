@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/allocator/ledger"
+	"github.com/rationhq/ration/internal/testkit"
 	leasev1 "github.com/rationhq/ration/proto/ration/lease/v1"
 	"github.com/rationhq/ration/proto/ration/lease/v1/leasev1connect"
 )
@@ -55,17 +55,9 @@ func reportRates(b *testing.B, keys int, cpu0 time.Duration) {
 	b.ReportMetric(float64(b.N*keys)/s, "key-grants/s")
 	// CPU time of this process per call (user + system): unlike calls/s,
 	// it does not move when other processes share the 2 cores.
-	cpu := cpuTime() - cpu0
+	cpu := testkit.CPUTime() - cpu0
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/call")
 	b.ReportMetric(cpu.Seconds()/s, "cores")
-}
-
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 var spenderIDs atomic.Int64
@@ -79,7 +71,7 @@ func BenchmarkLedgerAcquire(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
-			cpu0 := cpuTime()
+			cpu0 := testkit.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				id := fmt.Sprintf("s%d", spenderIDs.Add(1))
 				keys := benchKeys(n, id)
@@ -105,7 +97,7 @@ func BenchmarkServiceAcquire(b *testing.B) {
 				svc := newBenchService(b, durable)
 				b.ReportAllocs()
 				b.SetParallelism(16)
-				cpu0 := cpuTime()
+				cpu0 := testkit.CPUTime()
 				b.RunParallel(func(pb *testing.PB) {
 					id := fmt.Sprintf("s%d", spenderIDs.Add(1))
 					req := benchRequest(n, id)
@@ -264,7 +256,7 @@ func BenchmarkLoopback(b *testing.B) {
 					left.Store(int64(b.N))
 					var wg sync.WaitGroup
 					b.ResetTimer()
-					cpu0 := cpuTime()
+					cpu0 := testkit.CPUTime()
 					for i, req := range reqs {
 						client := clients[i%len(clients)]
 						wg.Go(func() {

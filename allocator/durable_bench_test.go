@@ -16,6 +16,7 @@ import (
 	"github.com/rationhq/ration/allocator"
 	"github.com/rationhq/ration/allocator/cluster"
 	"github.com/rationhq/ration/allocator/ledger"
+	"github.com/rationhq/ration/internal/testkit"
 )
 
 // Durable Acquire: today's journal (allocator.Open: bbolt, group commit,
@@ -51,7 +52,7 @@ func runCallers(b *testing.B, newCaller func(id string) func(seq uint64) error) 
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	cpu0 := cpuTime()
+	cpu0 := testkit.CPUTime()
 	b.ResetTimer()
 	for _, call := range calls {
 		wg.Go(func() {
@@ -67,7 +68,7 @@ func runCallers(b *testing.B, newCaller func(id string) func(seq uint64) error) 
 	b.StopTimer()
 	s := b.Elapsed().Seconds()
 	b.ReportMetric(float64(b.N)/s, "calls/s")
-	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
+	b.ReportMetric(float64((testkit.CPUTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
 }
 
 // ledgerCalls adapts call, which takes a ledger call, to runCallers. Every

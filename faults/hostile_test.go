@@ -291,7 +291,11 @@ func rogueLayer(t *testing.T, ns string, id raft.ServerID, secret string, member
 }
 
 // inNetns runs f on a thread in the network namespace ns ("" = this
-// one's): the sockets f opens belong to ns.
+// one's): the sockets f opens belong to ns. The thread goes back to this
+// namespace and to the runtime afterwards rather than ending: the child
+// processes started from it (startProc) get SIGKILL when their parent
+// thread ends (Pdeathsig), and any thread may have started one. Only if
+// the way back fails does the thread end with the goroutine.
 func inNetns(t *testing.T, ns string, f func()) {
 	t.Helper()
 	if ns == "" {
@@ -301,18 +305,31 @@ func inNetns(t *testing.T, ns string, f func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		runtime.LockOSThread() // not unlocked: the thread ends with the goroutine, its namespace with it
+		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			t.Errorf("opening this thread's namespace: %v", err)
+			return
+		}
+		defer home.Close()
 		target, err := os.Open(filepath.Join("/var/run/netns", ns))
 		if err != nil {
 			t.Errorf("opening namespace %s: %v", ns, err)
+			runtime.UnlockOSThread()
 			return
 		}
 		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			t.Errorf("entering namespace %s: %v", ns, err)
+			runtime.UnlockOSThread()
 			return
 		}
 		f()
+		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
+			t.Errorf("leaving namespace %s: %v (the thread ends, and with it any process it started)", ns, err)
+			return
+		}
+		runtime.UnlockOSThread()
 	}()
 	<-done
 }

@@ -34,7 +34,9 @@ type proc struct {
 // startProc starts path with args as a child of the test. It is killed
 // (SIGCONT then SIGKILL, so that a stopped one dies too) when the test
 // ends, and its log is printed if the test failed. Pdeathsig kills it
-// even if the test binary itself dies (a panic, go test's timeout).
+// even if the test binary itself dies (a panic, go test's timeout); it
+// fires when the thread that started the child ends, so no thread of the
+// test may end while the test runs (see inNetns).
 // RATION_* variables of the test's environment are not passed on, so
 // that a developer's settings cannot change what a case runs.
 func startProc(t *testing.T, name, path string, env []string, args ...string) *proc {

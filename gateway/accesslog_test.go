@@ -98,7 +98,7 @@ func BenchmarkAccessLog(b *testing.B) {
 			defer client.CloseIdleConnections()
 			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 			b.ResetTimer()
-			cpu0 := cpuTime()
+			cpu0 := testkit.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if status := postChat(client, srv.URL, chatBody); status != http.StatusOK {
@@ -108,7 +108,7 @@ func BenchmarkAccessLog(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "req/s")
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
+			b.ReportMetric(float64((testkit.CPUTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
 		})
 	}
 }

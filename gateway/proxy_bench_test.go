@@ -9,9 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/gateway"
@@ -102,7 +100,7 @@ func BenchmarkUpstream(b *testing.B) {
 			defer client.CloseIdleConnections()
 			b.SetParallelism((clients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 			b.ResetTimer()
-			cpu0 := cpuTime()
+			cpu0 := testkit.CPUTime()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					if status := postChat(client, target.url, target.body); status != http.StatusOK {
@@ -115,16 +113,7 @@ func BenchmarkUpstream(b *testing.B) {
 			// CPU time of this process (clients, gateway and engine) per
 			// request: unlike req/s, it does not move when other
 			// processes share the cores.
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
+			b.ReportMetric(float64((testkit.CPUTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
 		})
 	}
-}
-
-// cpuTime is this process's CPU time, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

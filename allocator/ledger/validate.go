@@ -63,9 +63,15 @@ func validateKeys(c Caller, n int, allowEmpty bool, keyAt func(i int) (string, r
 		return inputErr("keys", "%d entries, at most %d", n, ration.MaxBatch)
 	}
 	// Duplicates are found through an open-addressing table of key
-	// indexes on the stack, at most half full: no map to allocate per call.
-	var seen [2 * ration.MaxBatch]int16                  // key index + 1; 0: free
+	// indexes, at most half full: no map to allocate per call. A table for
+	// up to 64 keys lives on the stack; one for all of MaxBatch there (4 KB)
+	// made every RPC's fresh handler goroutine grow and copy its stack.
 	mask := uint64(1)<<bits.Len(uint(2*max(n, 1)-1)) - 1 // a power of two, at least 2n
+	var small [128]int16                                 // key index + 1; 0: free
+	seen := small[:]
+	if mask >= uint64(len(small)) {
+		seen = make([]int16, mask+1)
+	}
 	for i := range n {
 		name, lim := keyAt(i)
 		if err := ration.ValidKey(name); err != nil {

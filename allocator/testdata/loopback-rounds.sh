@@ -14,8 +14,10 @@
 #           test binary from a temporary worktree, and test flags for its
 #           allocator runs, e.g. .,-bench.linger=4ms .,-loopback.extraprocs=1
 # Prints one line per run (round, version, echo calls/s, allocator calls/s,
-# ratio, allocator cpu-µs per call, calls per commit) and the median ratio
-# per version.
+# ratio, cpu-µs per call of each, their ratio echo ÷ allocator, calls per
+# commit) and the median ratios per version. Both processes are CPU-bound,
+# so the CPU ratio predicts the calls/s ratio on idle cores, and it moves
+# far less than calls/s when other processes share them.
 set -euo pipefail
 rounds=${1:?rounds}; row=${2:?row}; calls=${3:?calls}; shift 3
 root=$(git rev-parse --show-toplevel)
@@ -46,10 +48,14 @@ for r in $(seq "$rounds"); do
     e=$("$bin" -test.run '^$' -test.bench "^BenchmarkLoopback$/^${row%%/*}$/^${row#*/}$/^echo$" -test.benchtime "${calls}x" | grep '^Benchmark')
     a=$("$bin" -test.run '^$' -test.bench "^BenchmarkLoopback$/^${row%%/*}$/^${row#*/}$/^allocator$" -test.benchtime "${calls}x" "${flags[@]}" | grep '^Benchmark')
     ec=$(metric calls/s <<<"$e"); ac=$(metric calls/s <<<"$a")
-    printf '%s %s echo %s allocator %s ratio %.3f cpu-us %s calls/commit %s cores %s\n' "$r" "$v" "$ec" "$ac" \
-      "$(awk -v a="$ac" -v e="$ec" 'BEGIN{print a/e}')" "$(metric cpu-µs/call <<<"$a")" "$(metric calls/commit <<<"$a")" "$(metric cores <<<"$a")" | tee -a "$out"
+    eu=$(metric cpu-µs/call <<<"$e"); au=$(metric cpu-µs/call <<<"$a")
+    printf '%s %s echo %s allocator %s ratio %.3f cpu-us %s/%s cpu-ratio %.3f calls/commit %s cores %s\n' "$r" "$v" "$ec" "$ac" \
+      "$(awk -v a="$ac" -v e="$ec" 'BEGIN{print a/e}')" "$eu" "$au" "$(awk -v a="$au" -v e="$eu" 'BEGIN{print e/a}')" \
+      "$(metric calls/commit <<<"$a")" "$(metric cores <<<"$a")" | tee -a "$out"
   done
 done
 for v in "${versions[@]}"; do
-  awk -v v="$v" '$2 == v {print $8}' "$out" | sort -n | awk -v v="$v" '{x[NR] = $1} END {m = (NR % 2) ? x[(NR+1)/2] : (x[NR/2] + x[NR/2+1]) / 2; printf "%s: median ratio %.3f over %d rounds (min %.3f, max %.3f)\n", v, m, NR, x[1], x[NR]}'
+  for f in 8:ratio 12:cpu-ratio; do
+    awk -v v="$v" -v c="${f%%:*}" '$2 == v {print $c}' "$out" | sort -n | awk -v v="$v" -v n="${f#*:}" '{x[NR] = $1} END {m = (NR % 2) ? x[(NR+1)/2] : (x[NR/2] + x[NR/2+1]) / 2; printf "%s: median %s %.3f over %d rounds (min %.3f, max %.3f)\n", v, n, m, NR, x[1], x[NR]}'
+  done
 done

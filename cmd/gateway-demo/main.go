@@ -63,15 +63,18 @@ func notifyReload() (<-chan os.Signal, func()) {
 // the runtime, the embedded allocator and echo engine at rest, the keys.
 const memoryBase = 64 << 20
 
-// limitMemory sets the Go runtime's soft memory limit to 1.5 times the
-// body bytes the instances may hold at once (-max-body-in-flight each)
-// plus memoryBase, unless GOMEMLIMIT says otherwise. Without it the
-// collector lets the heap grow to twice what is live before it runs, and a
-// gateway at its cap of large bodies, whose reads and parses leave as much
-// garbage as they keep, sat at three times the cap.
+// limitMemory sets the Go runtime's soft memory limit to the body bytes
+// the instances may hold at once (-max-body-in-flight each) plus
+// memoryBase, unless GOMEMLIMIT says otherwise. Without it the collector
+// lets the heap grow to twice what is live before it runs, and a gateway
+// at its cap of large bodies, whose reads and parses leave as much garbage
+// as they keep, sat at three times the cap; with a limit of 1.5 times the
+// cap it still reached 1.5 times the cap plus the base on a loaded
+// machine, the most the fault suite allows
+// (TestRealBodiesStayWithinTheCap); with this one, 1.25 times.
 func limitMemory(cfg config, getenv func(string) string) {
 	if getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	debug.SetMemoryLimit(int64(cfg.instances)*cfg.maxInFlight*3/2 + memoryBase)
+	debug.SetMemoryLimit(int64(cfg.instances)*cfg.maxInFlight + memoryBase)
 }

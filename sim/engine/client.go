@@ -54,13 +54,18 @@ func (s *sim) told(id int32, rej *spender.RejectError) {
 		ra = s.cfg.retryAfter(ra)
 	}
 	r := &s.reqs[id]
-	s.col.onRefusal(ra, s.idealWaitNow(r))
+	ideal := s.idealWaitNow(r)
+	s.col.onRefusal(ra, ideal)
 	if !r.client {
 		return
 	}
-	at := s.now + int64(spender.RetryAfterSeconds(ra))*int64(time.Second/time.Microsecond)
+	wait := time.Duration(spender.RetryAfterSeconds(ra)) * time.Second
+	at := s.now + int64(wait/time.Microsecond)
 	if at >= s.end {
 		return
+	}
+	if wait < ideal {
+		s.col.retriesEarly++
 	}
 	// The one client has one request out at a time: what it sends again
 	// waits here, not in a request slot (allocating one now could move
@@ -106,27 +111,46 @@ func rejectWait(err error) time.Duration {
 	return rej.RetryAfter
 }
 
-// touched notes a request on instance i: a TTL after its last one, the
-// instance's holdings are checked (idleCheck).
-func (s *sim) touched(i int32) {
+// ended notes that a request on instance i ended (settled, or refused):
+// the instance's holdings are checked once it has gone a TTL since
+// (idleCheck). A request still in flight has not ended: what it holds
+// cannot be given back yet.
+func (s *sim) ended(i int32) {
 	c := &s.col
-	c.lastReq[i] = s.now
+	c.lastEnd[i] = s.now
 	if !c.idlePending[i] {
 		c.idlePending[i] = true
-		s.q.push(event{at: s.at(s.cfg.TTL), kind: evIdle, a: i})
+		s.q.push(event{at: s.idleDue(s.now), kind: evIdle, a: i})
 	}
 }
 
-// idleCheck measures what instance i holds once it has gone a TTL without
-// a request (or looks again when a request came meanwhile).
+// idleDue is when an instance whose last request ended at end must hold
+// nothing: a TTL later, or, if its allocator was unreachable within that
+// TTL, a TTL after it is reachable again (nothing can be given back to
+// an allocator the gateway cannot reach).
+func (s *sim) idleDue(end int64) int64 {
+	ttl := int64(s.cfg.TTL / time.Microsecond)
+	if end < s.outTo && end+ttl > s.outFrom {
+		return max(end, s.outTo) + ttl
+	}
+	return end + ttl
+}
+
+// idleCheck measures what instance i holds once it has gone a TTL (see
+// idleDue) since its last request ended with none in flight, or waits for
+// the next end when one came meanwhile.
 func (s *sim) idleCheck(i int32) {
 	c := &s.col
-	if due := c.lastReq[i] + int64(s.cfg.TTL/time.Microsecond); due > s.now {
+	in := &s.insts[i]
+	if in.inflight > 0 {
+		c.idlePending[i] = false // its end schedules the check again
+		return
+	}
+	if due := s.idleDue(c.lastEnd[i]); due > s.now {
 		s.q.push(event{at: due, kind: evIdle, a: i})
 		return
 	}
 	c.idlePending[i] = false
-	in := &s.insts[i]
 	keys := int64(0)
 	if in.m != nil && !in.closed {
 		keys = int64(in.m.Counts().KeysHeld)

@@ -42,7 +42,9 @@ type collector struct {
 	late, early     int64   // refusals later than the ideal's wait by more than the slack; earlier than it
 	retries         int64   // the client's requests sent again after a refusal
 	retriesAdmitted int64
-	lastReq         []int64 // by instance: its last request, µs
+	retriesIdeal    int64   // of those, admitted by the ideal
+	retriesEarly    int64   // of those, sent before the ideal's exact wait at the refusal they follow
+	lastEnd         []int64 // by instance: when its last request ended (settled or refused), µs
 	idlePending     []bool  // by instance: an idle check is scheduled
 	idleChecks      int64
 	idleHolding     int64       // checks at which the instance still held budget
@@ -84,7 +86,7 @@ func (c *collector) init(s *sim) {
 	c.bud = make([]budgetCol, len(s.budgets))
 	c.refresh = max(1, int64(s.cfg.Refresh/time.Microsecond))
 	c.pairSeen = make([]int64, len(s.budgets)*n)
-	c.lastReq, c.idlePending = make([]int64, n), make([]bool, n)
+	c.lastEnd, c.idlePending = make([]int64, n), make([]bool, n)
 	for i, b := range s.budgets {
 		lim := b.lim
 		bc := &c.bud[i]
@@ -158,6 +160,9 @@ func (c *collector) onOffer(s *sim, r *request) {
 
 func (c *collector) onIdeal(s *sim, r *request) {
 	c.instIdeal[r.origin]++
+	if r.attempt > 0 {
+		c.retriesIdeal++
+	}
 	for _, ch := range r.charges() {
 		b := &c.bud[ch.b]
 		b.idealUnits += b.units(ch.actual)
@@ -378,7 +383,7 @@ func (s *sim) result() *Result {
 		r.SplitVsIdeal = m.Split / m.Single
 	}
 	r.retryErrors(c.errs, c.late, c.early)
-	r.Retries, r.RetriesAdmitted = c.retries, c.retriesAdmitted
+	r.Retries, r.RetriesAdmitted, r.RetriesIdeal, r.RetriesEarly = c.retries, c.retriesAdmitted, c.retriesIdeal, c.retriesEarly
 	r.IdleChecks, r.IdleHolding, r.IdleKeys, r.IdleShares = c.idleChecks, c.idleHolding, c.idleKeys, c.idleShares
 	r.IdleHeld = float64(c.idleHeld)
 	r.finishFairness()

@@ -100,6 +100,9 @@ type Config struct {
 	// retryAfter, if not nil, replaces the Retry-After each refusal tells
 	// its client (tests: a gateway that names the wrong wait).
 	retryAfter func(time.Duration) time.Duration
+	// leak, if set, has the gateways never settle a request, as a gateway
+	// that forgets its reservations (tests: a holding kept on purpose).
+	leak bool
 }
 
 // withDefaults fills zero fields.

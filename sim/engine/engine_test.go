@@ -106,7 +106,8 @@ func TestLeasedTracksTheLimitUnderSkew(t *testing.T) {
 // bound plus what was admitted under the fallback policy (reported as
 // debt). Central, an exact strict bucket, stays within C + rho*t (checked
 // on two scenarios here and on team in TestEveryBudgetTracksTheIdeal: its
-// per-request calls make it the slowest to simulate).
+// per-request calls make it the slowest to simulate). And every time a
+// leased gateway has gone a TTL without a request, it holds nothing.
 func TestBoundsHold(t *testing.T) {
 	for _, sc := range Scenarios() {
 		for _, st := range []Strategy{Leased, LeasedStrict, Central} {
@@ -133,7 +134,22 @@ func TestBoundsHold(t *testing.T) {
 				if r.AllocErrors > 0 {
 					t.Errorf("the allocator refused %d calls", r.AllocErrors)
 				}
-				t.Logf("%d fallback admissions", r.Fallback)
+				busy := int64(0) // gateways offered a request: each is checked after its last
+				for _, n := range r.InstOffered {
+					if n > 0 {
+						busy++
+					}
+				}
+				if st != Central && (r.IdleHolding > 0 || r.IdleChecks < busy) {
+					// The client contract: a TTL after its last request
+					// ended a gateway holds nothing (central's slots are
+					// not gateways' spenders: a reply lost after its grant
+					// leaves that grant held). Every gateway offered a
+					// request is checked at least once, after the traffic.
+					t.Errorf("%d of %d times a gateway went a TTL since its last request it still held budget (%d with spender keys, %d with shares, up to %.0f units); %d gateways were offered requests, each checked at least once",
+						r.IdleHolding, r.IdleChecks, r.IdleKeys, r.IdleShares, r.IdleHeld, busy)
+				}
+				t.Logf("%d fallback admissions; %d idle checks", r.Fallback, r.IdleChecks)
 			})
 		}
 	}

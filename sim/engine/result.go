@@ -126,9 +126,15 @@ type Result struct {
 	RetryEarly  float64
 	// Retries counts the requests the scenario's client sent again
 	// RetryAfterSeconds after a refusal, RetriesAdmitted those admitted
-	// (Scenario.Client; 0 and 0 without a client).
+	// (Scenario.Client; 0 and 0 without a client). RetriesIdeal counts
+	// those the ideal single bucket admitted (offered each at the same
+	// instant, from its own state), RetriesEarly those sent before the
+	// ideal's exact wait at the refusal they follow (the client was told
+	// to come back too soon).
 	Retries         int64
 	RetriesAdmitted int64
+	RetriesIdeal    int64
+	RetriesEarly    int64
 	// IdleChecks counts the times a gateway went a TTL without a request
 	// (mid-run or after the traffic), and IdleHolding those at which it
 	// still held budget: keys in its spender (ration_spender_keys_held,
@@ -285,6 +291,15 @@ func (r *Result) RetriedAdmitted() (float64, bool) {
 		return 0, false
 	}
 	return float64(r.RetriesAdmitted) / float64(r.Retries), true
+}
+
+// RetriedIdeal is the share of the same retries the ideal single bucket
+// admitted, and false when the client sent none.
+func (r *Result) RetriedIdeal() (float64, bool) {
+	if r.Retries == 0 {
+		return 0, false
+	}
+	return float64(r.RetriesIdeal) / float64(r.Retries), true
 }
 
 // retryErrors fills the Retry-After percentiles from the per-refusal

@@ -133,7 +133,12 @@ func newSim(cfg Config) (*sim, error) {
 	for i, b := range bs {
 		s.budgetOf[b.name] = int32(i)
 	}
-	s.stop = s.end + int64((cfg.TTL+cfg.Horizon+5*time.Second)/time.Microsecond)
+	// The drain: a TTL, a horizon and 5 s after the last arrival, and at
+	// least until a TTL after the last request admitted (within the
+	// slow-path deadline of its arrival) could end, so that every
+	// gateway's idle check runs.
+	drain := max(cfg.TTL+cfg.Horizon+5*time.Second, cfg.SlowDeadline+s.tr.longest()+cfg.TTL)
+	s.stop = s.end + int64(drain/time.Microsecond)
 	s.outFrom, s.outTo = cfg.Scenario.outage(cfg.Duration)
 	s.shadow = mustLimiter(clk, spender.WithShards(1))
 	s.col.init(s)
@@ -387,7 +392,6 @@ func (s *sim) offer(id int32) {
 	if st, ok := s.strat.(*standalone); ok && st.sticky {
 		r.inst = st.owner(s, r.key)
 	}
-	s.touched(r.inst)
 	s.insts[r.inst].inflight++
 	s.strat.arrive(s, id)
 }
@@ -449,26 +453,31 @@ func (s *sim) reject(id int32, rej *spender.RejectError) {
 	r.decided, r.parked = true, false
 	s.col.onReject(s, r)
 	s.insts[r.inst].inflight--
+	s.ended(r.inst)
 	s.checkDrained(r.inst)
 	s.release(id)
 }
 
 func (s *sim) settle(id int32) {
 	r := &s.reqs[id]
-	if r.all != nil {
+	switch {
+	case s.cfg.leak:
+		// The gateway forgets the reservation (tests: a holding the idle
+		// check must catch).
+	case r.all != nil:
 		if err := r.all.Settle(s.actualsOf(r)); err != nil {
 			panic(fmt.Sprintf("engine: settling: %v", err)) // one actual per charge, always
 		}
-		r.all = nil
-	} else {
+	default:
 		r.res.Settle(r.ch[0].actual)
-		r.res = nil
 	}
+	r.res, r.all = nil, nil
 	s.col.onSettle(s, r)
 	if r.client && s.now < s.end {
 		s.q.push(event{at: s.now, kind: evClient}) // its next request
 	}
 	s.insts[r.inst].inflight--
+	s.ended(r.inst)
 	s.checkDrained(r.inst)
 	s.release(id)
 }

@@ -25,6 +25,9 @@ const (
 	// ~66 tokens a second.
 	firstToken     = 300 * time.Millisecond
 	perOutputToken = 15 * time.Millisecond
+	// A request scenario's request takes 0.5 to 3 s.
+	minService = 500 * time.Millisecond
+	maxService = 3 * time.Second
 )
 
 // maxCharges is the most budgets a simulated request is charged to.
@@ -121,6 +124,15 @@ func (g *traffic) next(t int64) int64 {
 	return t + 1 + int64(g.rng.ExpFloat64()*g.gap)
 }
 
+// longest is the longest a request of this traffic takes from admission
+// to settlement.
+func (g *traffic) longest() time.Duration {
+	if g.tokens {
+		return firstToken + declaredMaxTokens*perOutputToken
+	}
+	return maxService
+}
+
 // fill draws the request arriving at t on one of live.
 func (g *traffic) fill(r *request, t int64, live []int32) { g.draw(g.rng, r, t, live) }
 
@@ -149,7 +161,7 @@ func (g *traffic) draw(rng *rand.Rand, r *request, t int64, live []int32) {
 			r.ch[1] = charge{b: g.team, cost: one, actual: one}
 			r.nch = 2
 		}
-		r.service = int64(500_000 + rng.Float64()*2_500_000) // 0.5 to 3 s
+		r.service = int64(float64(minService/time.Microsecond) + rng.Float64()*float64((maxService-minService)/time.Microsecond))
 		return
 	}
 	prompt := int64(minPrompt + rng.IntN(maxPrompt-minPrompt+1))

@@ -27,9 +27,16 @@ func passing() *engine.Result {
 }
 
 // client is a leased row of the client alone on 8 gateways that meets
-// every target stated for it.
+// every target stated for it (the ideal admits every retry).
 func client(r *engine.Result) {
-	r.Scenario, r.Overload, r.Retries, r.RetriesAdmitted = "client", 0, 100, 95
+	r.Scenario, r.Overload, r.Retries, r.RetriesAdmitted, r.RetriesIdeal = "client", 0, 100, 95, 100
+}
+
+// loaded is client beside other traffic at 2×, where the ideal admits
+// ideal of the client's 100 retries and early were sent early.
+func loaded(r *engine.Result, admitted, ideal, early int64) {
+	client(r)
+	r.Scenario, r.Overload, r.RetriesAdmitted, r.RetriesIdeal, r.RetriesEarly = "client-load", 2, admitted, ideal, early
 }
 
 // TestCheckTargets: each target passes, misses or does not apply as the
@@ -84,7 +91,11 @@ func TestCheckTargets(t *testing.T) {
 			client(r)
 			r.Scenario, r.Instances, r.Overload, r.RetriesAdmitted = "client-load", 64, 2, 90
 		}, "retries", pass},
-		{"client-load on 8 at 2×: 89%", func(r *engine.Result) { client(r); r.Scenario, r.Overload, r.RetriesAdmitted = "client-load", 2, 89 }, "retries", miss},
+		{"client-load on 8 at 2×: 89%", func(r *engine.Result) { loaded(r, 89, 100, 0) }, "retries", miss},
+		{"client-load on 8 at 2×: 89%, the ideal 90%", func(r *engine.Result) { loaded(r, 89, 90, 0) }, "retries", pass},
+		{"client-load on 8 at 2×: 88%, the ideal 90%", func(r *engine.Result) { loaded(r, 88, 90, 0) }, "retries", miss},
+		{"client-load on 8 at 2×: 19%, the ideal 19%, 80 sent early", func(r *engine.Result) { loaded(r, 19, 19, 80) }, "retries", miss},
+		{"client-load on 8 at 2×: 90%, 1 sent early", func(r *engine.Result) { loaded(r, 90, 100, 1) }, "retries", pass},
 		{"client-load on 8 at 5×: no target", func(r *engine.Result) { client(r); r.Scenario, r.Overload, r.RetriesAdmitted = "client-load", 5, 10 }, "retries", na},
 		{"client-load on 1 at 2×: no target", func(r *engine.Result) {
 			client(r)

@@ -23,6 +23,7 @@ func ResultsCSV(w io.Writer, rs []*engine.Result) error {
 		"fallback_admits", "fallback_units", "alloc_errors", "stranded_units", "stranded_frac", "reserved_tokens", "used_tokens",
 		"pair_intervals", "pair_activations", "key_grants_per_activation", "split_vs_ideal",
 		"refusals", "retry_err_p50_s", "retry_err_p99_s", "retry_late_frac", "retry_early_frac", "retries", "retries_admitted",
+		"retries_ideal", "retries_early",
 		"idle_checks", "idle_holding", "idle_keys", "idle_shares", "idle_held_units"})
 	for _, r := range rs {
 		cw.Write([]string{r.Scenario, string(r.Strategy), d(int64(r.Instances)), f(r.Overload), f(r.Duration.Seconds()), strconv.FormatUint(r.Seed, 10),
@@ -35,6 +36,7 @@ func ResultsCSV(w io.Writer, rs []*engine.Result) error {
 			d(r.Fallback), f(r.FallbackUnits), d(r.AllocErrors), known(r.StrandedUnknown, f(r.Stranded)), known(r.StrandedUnknown, f(r.StrandedFrac)), d(r.ReservedTokens), d(r.UsedTokens),
 			d(r.PairIntervals), d(r.PairActivations), f(r.KeyGrantsPerActivation), f(r.SplitVsIdeal),
 			d(r.Refusals), f(r.RetryErrP50.Seconds()), f(r.RetryErrP99.Seconds()), f(r.RetryLate), f(r.RetryEarly), d(r.Retries), d(r.RetriesAdmitted),
+			d(r.RetriesIdeal), d(r.RetriesEarly),
 			d(r.IdleChecks), d(r.IdleHolding), d(r.IdleKeys), d(r.IdleShares), f(r.IdleHeld)})
 	}
 	cw.Flush()
