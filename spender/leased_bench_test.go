@@ -43,10 +43,11 @@ func newBenchAllocator(b *testing.B) *countingSource {
 	return &countingSource{LeaseSource: allocator.NewService(led)}
 }
 
-// stubSource grants whatever is asked for, with no state: an allocator
-// that costs nothing, to separate the leased Limiter's own cost from the
-// in-process allocator's (its work on refreshes and its heap, which the GC
-// marks too). It is not a target measurement.
+// stubSource grants whatever is asked for, with no state and no refill
+// share: an allocator that costs nothing, to separate the leased Limiter's
+// own cost from the in-process allocator's (its work on refreshes and its
+// heap, which the GC marks too) and from a share's accrual on every
+// admission. It is not a target measurement.
 type stubSource struct{}
 
 func (stubSource) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
@@ -65,6 +66,19 @@ func (stubSource) ReserveAhead(ctx context.Context, r *leasev1.ReserveAheadReque
 
 func (stubSource) Release(ctx context.Context, r *leasev1.ReleaseRequest) (*leasev1.ReleaseResponse, error) {
 	return &leasev1.ReleaseResponse{Returned: make([]*leasev1.Amount, len(r.GetKeys()))}, nil
+}
+
+// shareStubSource is stubSource granting every key a whole refill share,
+// so that every admission accrues one, as on the allocator's leases.
+type shareStubSource struct{ stubSource }
+
+func (s shareStubSource) Acquire(ctx context.Context, r *leasev1.AcquireRequest) (*leasev1.AcquireResponse, error) {
+	out, err := s.stubSource.Acquire(ctx, r)
+	for _, g := range out.GetKeys() {
+		g.Share = &leasev1.Share{RequestsPpm: ration.ShareUnit, TokensPpm: ration.ShareUnit}
+		g.ShareBurst = &leasev1.Amount{Requests: leasedBenchLimits.RPM, Tokens: leasedBenchLimits.TPM}
+	}
+	return out, err
 }
 
 func benchLeased(b *testing.B, keys []string) {
@@ -107,6 +121,9 @@ func BenchmarkLeasedReserveSettle(b *testing.B) {
 	b.Run("standalone/10kkeys", func(b *testing.B) { benchOurs(b, benchKeys(10_000)) })
 	b.Run("leased-stub/10kkeys", func(b *testing.B) {
 		benchLeasedOn(b, &countingSource{LeaseSource: stubSource{}}, benchKeys(10_000))
+	})
+	b.Run("leased-stub-share/10kkeys", func(b *testing.B) {
+		benchLeasedOn(b, &countingSource{LeaseSource: shareStubSource{}}, benchKeys(10_000))
 	})
 	// The same 10k keys in random order (eight shuffled rounds, repeated):
 	// in turn, keys are visited in the order their states were allocated,
