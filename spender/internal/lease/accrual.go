@@ -2,47 +2,73 @@ package lease
 
 import (
 	"math/bits"
+	"time"
 
 	"github.com/rationhq/ration"
 	"github.com/rationhq/ration/bucket"
 )
 
-// accrual is what an admission reads of a key's refill share to credit
-// it, kept in the Key itself: most looks credit the share without a
-// division and without reading the share state (see accrue). Every value
-// here follows from the share state and the looks since its share began;
-// accrue gives the same results as a look that divides every time.
+// accrual is a key's refill share as an admission credits it: the whole
+// units credited so far and the fraction of a unit left over, kept in
+// fixed point the way bucket.Bucket keeps its level, so that a look
+// multiplies where the exact formula (ration.Limits.AccruedCarry of the
+// whole span) divides. Every value follows from the share state and the
+// looks since its share began: accrue credits what the exact formula
+// does, look for look (TestAccrueAgreesWithTheExactLook).
 type accrual struct {
 	on     bool // the key has a share, not paused: it accrues
 	looked bool // a look happened since the share began (lookNow, lookEnd)
-	// known: the share state's credited is the accrual to creditedEnd,
-	// and nothing more accrues before quietUntil.
-	known bool
 	// lookNow is the instant of the last look: another look at the same
 	// instant credits nothing (a busy key looks several times a
 	// microsecond). lookEnd is lookNow capped at the lease's expiry then,
 	// where the fraction of a unit the share leaves over is counted
 	// (keepLeft).
 	lookNow, lookEnd bucket.Instant
-	// creditedEnd: the accrual is credited from the share's start to here
-	// (the latest look's end).
-	creditedEnd bucket.Instant
-	quietUntil  bucket.Instant
-	rate        [2]uint64     // ration.Limits.AccrualRate of the share
-	burst       ration.Amount // the share state's burst
+	// end is where the accrual is credited to (the latest look's end);
+	// credited is the whole units from the share's start to end, frac the
+	// fraction left over in units of 1/den, per dimension.
+	end      bucket.Instant
+	credited ration.Amount
+	frac     [2]uint64
+	// Per microsecond the share adds whole[i] + part[i]/den units; inv is
+	// ⌊(2^64−1)/den⌋, to divide by den with a multiplication; a span of
+	// more than maxSpan microseconds (or past saturates, where the
+	// accrual may reach MaxAmount) takes the exact formula.
+	whole, part [2]uint64
+	den, inv    uint64
+	maxSpan     uint64
 	saturates   bucket.Instant
+	burst       ration.Amount // the share state's burst
 }
 
-// startAccrual starts the accrual of the share just set: credited from its
-// start, nothing looked at yet.
+// startAccrual starts the accrual of the share just set: nothing credited
+// from its start, the fraction the last share left carried in.
 func (k *Key) startAccrual() {
 	ss := k.ss
-	k.acc = accrual{on: !ss.share.Zero(), creditedEnd: ss.from, rate: ss.lim.AccrualRate(ss.share), burst: ss.burst,
+	a := accrual{on: !ss.share.Zero(), end: ss.from, frac: [2]uint64{ss.carried.Requests, ss.carried.Tokens}, burst: ss.burst,
 		saturates: bucket.Instant(1<<63 - 1)}
+	a.den = uint64(ss.lim.Period()/time.Microsecond) * ration.ShareUnit
+	a.inv = ^uint64(0) / a.den
+	var most uint64
+	for i, x := range [2]struct {
+		rate int64
+		ppm  uint32
+	}{{ss.lim.RPM, ss.share.Requests}, {ss.lim.TPM, ss.share.Tokens}} {
+		if x.rate > 0 && x.ppm > 0 {
+			m := uint64(x.rate) * uint64(x.ppm)
+			a.whole[i], a.part[i] = m/a.den, m%a.den
+			most = max(most, a.part[i])
+		}
+	}
+	a.maxSpan = 1<<63 - 1
+	if most > 0 {
+		a.maxSpan = (^uint64(0) - a.den) / most
+	}
 	max := ration.Amount{Requests: ration.MaxAmount - 1, Tokens: ration.MaxAmount - 1}
 	if d, ok := ss.lim.NextAccrual(ss.share, max, ss.carried); ok {
-		k.acc.saturates = ss.from.Add(d)
+		a.saturates = ss.from.Add(d)
 	}
+	ss.acc = a
 }
 
 // pauseShare stops the accrual while a call first sent at now carries the
@@ -50,7 +76,7 @@ func (k *Key) startAccrual() {
 func (k *Key) pauseShare(now bucket.Instant) {
 	if ss := k.ss; ss != nil {
 		ss.paused, ss.sent = true, now
-		k.acc.on = false
+		ss.acc.on = false
 	}
 }
 
@@ -59,7 +85,7 @@ func (k *Key) endShare() {
 	if k.ss != nil {
 		k.keepLeft()
 		k.ss.share = ration.Share{}
-		k.acc.on = false
+		k.ss.acc.on = false
 	}
 }
 
@@ -67,10 +93,15 @@ func (k *Key) endShare() {
 // before the share changes: it is carried into the next share.
 func (k *Key) keepLeft() {
 	ss := k.ss
-	if k.acc.looked {
-		_, ss.left = ss.lim.AccruedCarry(ss.share, k.acc.lookEnd.Sub(ss.from), ss.carried)
+	a := &ss.acc
+	switch {
+	case !a.looked:
+	case a.lookEnd == a.end:
+		ss.left = ration.Remainder{Requests: a.frac[0], Tokens: a.frac[1]}
+	default:
+		_, ss.left = ss.lim.AccruedCarry(ss.share, a.lookEnd.Sub(ss.from), ss.carried)
 	}
-	k.acc.looked = false
+	a.looked = false
 }
 
 // accrue adds k's share accrued up to now to the lease, exactly (the
@@ -80,88 +111,53 @@ func (k *Key) keepLeft() {
 // share's burst: the excess is dropped, not banked, and accrual never takes
 // avail + outstanding above the burst. Only the limited dimensions are
 // kept, as everywhere in the lease.
-//
-// Two looks need no division: one before quietUntil, when the last exact
-// look found the next unit still to come; and one whose span since the
-// last credit accrues, at the share's rate rounded down, at least the room
-// left below the burst, which it fills. The second is a busy key's common
-// case; the first a quiet key's.
 func (k *Key) accrue(now bucket.Instant) ration.Amount {
-	a := &k.acc
+	ss := k.ss
+	if ss == nil {
+		return ration.Amount{}
+	}
+	a := &ss.acc
 	if !a.on || a.looked && now == a.lookNow {
 		return ration.Amount{}
 	}
 	end := min(now, k.expiry)
 	a.looked, a.lookNow, a.lookEnd = true, now, end
-	if a.known && now < a.quietUntil {
-		return ration.Amount{}
+	if end <= a.end {
+		return ration.Amount{} // credited already
 	}
-	if now < k.expiry && end > a.creditedEnd && end < a.saturates {
-		room := k.room(a.burst)
-		if a.fills(room, uint64(end-a.creditedEnd)) {
-			a.creditedEnd, a.known = end, false
-			k.avail = k.avail.Add(room)
-			return room
-		}
+	var delta ration.Amount
+	if span := uint64(end - a.end); span <= a.maxSpan && end < a.saturates {
+		delta = ration.Amount{Requests: a.step(0, span), Tokens: a.step(1, span)}
+	} else {
+		total, left := ss.lim.AccruedCarry(ss.share, end.Sub(ss.from), ss.carried)
+		delta = total.Sub(a.credited)
+		a.frac = [2]uint64{left.Requests, left.Tokens}
 	}
-	return k.accrueExact(now, end)
-}
-
-// room is what the limited dimensions hold below burst.
-func (k *Key) room(burst ration.Amount) ration.Amount {
-	level := k.avail.Add(k.outstanding)
-	var r ration.Amount
-	if k.lim.RPM > 0 {
-		r.Requests = max(0, burst.Requests-level.Requests)
-	}
-	if k.lim.TPM > 0 {
-		r.Tokens = max(0, burst.Tokens-level.Tokens)
-	}
-	return r
-}
-
-// fills reports whether us microseconds at the share's rate, rounded down,
-// accrue at least room in each dimension.
-func (a *accrual) fills(room ration.Amount, us uint64) bool {
-	for i, n := range [2]int64{room.Requests, room.Tokens} {
-		if n == 0 {
-			continue
-		}
-		hi, lo := bits.Mul64(a.rate[i], us)
-		if hi>>32 == 0 && hi<<32|lo>>32 < uint64(n) {
-			return false
-		}
-	}
-	return true
-}
-
-// accrueExact is accrue's look that divides: the accrual to end, credited
-// as accrue says.
-func (k *Key) accrueExact(now, end bucket.Instant) ration.Amount {
-	ss, a := k.ss, &k.acc
-	if !a.known {
-		ss.credited, _ = ss.lim.AccruedCarry(ss.share, a.creditedEnd.Sub(ss.from), ss.carried)
-		a.known = true
-	}
-	total, _ := ss.lim.AccruedCarry(ss.share, end.Sub(ss.from), ss.carried)
-	delta := total.Sub(ss.credited).Positive()
-	if delta == (ration.Amount{}) {
-		// Looked at faster than it accrues: skip the division until the
-		// next unit.
-		a.quietUntil = bucket.Instant(1<<63 - 1)
-		if d, ok := ss.lim.NextAccrual(ss.share, ss.credited, ss.carried); ok {
-			a.quietUntil = ss.from.Add(d)
-		}
-		return ration.Amount{}
-	}
-	ss.credited = ss.credited.Max(total)
-	a.creditedEnd = max(a.creditedEnd, end)
-	a.quietUntil = a.creditedEnd // nothing before it accrues anything new
-	if now >= k.expiry {
+	a.end, a.credited = end, a.credited.Add(delta)
+	if delta == (ration.Amount{}) || now >= k.expiry {
 		return ration.Amount{} // an expired lease is never spent
 	}
-	room := k.room(ss.burst)
-	add := ration.Amount{Requests: min(delta.Requests, room.Requests), Tokens: min(delta.Tokens, room.Tokens)}
+	level := k.avail.Add(k.outstanding)
+	var add ration.Amount
+	if k.lim.RPM > 0 {
+		add.Requests = min(delta.Requests, max(0, a.burst.Requests-level.Requests))
+	}
+	if k.lim.TPM > 0 {
+		add.Tokens = min(delta.Tokens, max(0, a.burst.Tokens-level.Tokens))
+	}
 	k.avail = k.avail.Add(add)
 	return add
+}
+
+// step moves dimension i's accrual on by span microseconds (at most
+// maxSpan) and returns the whole units it added.
+func (a *accrual) step(i int, span uint64) int64 {
+	x := a.frac[i] + a.part[i]*span // < den + maxSpan × part: no overflow
+	q, _ := bits.Mul64(x, a.inv)    // ⌊x/den⌋ or up to two less
+	r := x - q*a.den
+	for r >= a.den {
+		q, r = q+1, r-a.den
+	}
+	a.frac[i] = r
+	return int64(a.whole[i]*span + q)
 }

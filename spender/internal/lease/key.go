@@ -40,8 +40,7 @@ type Key struct {
 	// ss is the key's refill share and demand estimate; nil until the key
 	// first gets a share or refuses a request (most keys never do, and
 	// the state of every key stays small).
-	ss  *shareState
-	acc accrual // how the share's accrual was last looked at (see accrue)
+	ss *shareState
 	// cost is the last cost seen since the share state was made: the
 	// share rules' unit. It is the key's, not the share state's, so that
 	// an admission writes no other memory.
@@ -158,27 +157,20 @@ func (k *Key) Gen() uint32 { return k.gen }
 // until the lease expires (see docs/leasing.md, "Rate shares"), and what
 // the key's traffic asked, which the share follows.
 type shareState struct {
+	acc   accrual        // what the share credited, as admissions look at it (see accrue); first, for the admit path
 	share ration.Share   // per dimension, in millionths of the refill rate; zero = none
 	fair  ration.Share   // the allocator's fair share for the demand; above share, others still hold the rest
 	lim   ration.Limits  // the limits the share was granted on (sent in that call)
 	burst ration.Amount  // accrual stops while avail + outstanding reach this
 	from  bucket.Instant // receipt of the answer that granted it: accrual counts from here
 	sent  bucket.Instant // first send of the last call that carried the key
-	// credited is the share's accrual from `from` that has been accounted
-	// for (added to the lease, or dropped at the burst), as of the key's
-	// acc.creditedEnd when acc.known: each look credits the accrual to
-	// date less this, so rounding neither loses nor gains.
-	credited ration.Amount
 	// carried is the fraction of a unit the previous share left over,
 	// added to this one's accrual; left is the fraction left at the last
 	// look of a share that ended, carried into the next. Renewed every few
 	// seconds, a small share would otherwise lose half a unit per renewal
 	// to rounding (4% of a gateway's part of 600 requests a minute among
-	// four).
+	// four). What this share credited is the key's acc.
 	carried, left ration.Remainder
-	// saturates is how long after from the accrual may reach MaxAmount,
-	// past which only the exact look is right.
-	saturates time.Duration
 	// paused: a call carrying the key was sent and its answer not yet
 	// applied. Nothing accrues until an answer brings a new share, so that
 	// the held reported in that call stays the most this spender may hold.
@@ -225,7 +217,7 @@ func (k *Key) setShare(share ration.Share, burst ration.Amount, fair ration.Shar
 	if hasFair {
 		ss.fair = fair
 	}
-	ss.from, ss.sent, ss.credited, ss.paused = recv, sent, ration.Amount{}, false
+	ss.from, ss.sent, ss.paused = recv, sent, false
 	ss.carried = ss.left
 	ss.sentDem = dem
 	k.startAccrual()
