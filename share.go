@@ -146,26 +146,3 @@ func accrualTime(rate int64, ppm uint32, n int64, period time.Duration, rem uint
 	}
 	return time.Duration(q) * time.Microsecond, true
 }
-
-// AccrualRate returns what share s of l's refill rate adds per
-// microsecond, per dimension, in units of 2^-32, rounded down: a lower
-// bound that a multiplication turns into a lower bound of what a span
-// accrues (AccruedCarry over d+e less that over d is at least
-// rate × e / 2^32, e in microseconds).
-func (l Limits) AccrualRate(s Share) [2]uint64 {
-	p := l.Period()
-	return [2]uint64{accrualRate(l.RPM, s.Requests, p), accrualRate(l.TPM, s.Tokens, p)}
-}
-
-func accrualRate(rate int64, ppm uint32, period time.Duration) uint64 {
-	if rate <= 0 || ppm == 0 {
-		return 0
-	}
-	m := uint64(rate) * uint64(ppm)
-	div := uint64(period/time.Microsecond) * ShareUnit
-	if m>>32 >= div {
-		return 1<<64 - 1
-	}
-	q, _ := bits.Div64(m>>32, m<<32, div)
-	return q
-}

@@ -92,8 +92,10 @@ func TestAccrueAgreesWithTheExactLook(t *testing.T) {
 			case op < 5:
 				k.endShare()
 				r.share = ration.Share{}
-			case op < 8:
+			case op < 7:
 				setExpiry(now + bucket.Instant(rng.Int64N(20_000_000)) - 1_000_000)
+			case op < 8: // a lease for days: the accrual reaches MaxAmount
+				setExpiry(now + bucket.Instant(rng.Int64N(1e12)))
 			case op < 30:
 				c := ration.Amount{Requests: rng.Int64N(3), Tokens: rng.Int64N(500)}
 				c = lim.Limited(c.Min(k.avail))
@@ -109,8 +111,10 @@ func TestAccrueAgreesWithTheExactLook(t *testing.T) {
 					now -= bucket.Instant(rng.Int64N(5)) // out of order
 				case j < 8:
 					now += bucket.Instant(rng.Int64N(200))
-				default:
+				case j < 9:
 					now += bucket.Instant(rng.Int64N(5_000_000))
+				default:
+					now += bucket.Instant(rng.Int64N(1 << rng.IntN(40)))
 				}
 				got, want := k.accrue(now), r.accrue(now)
 				if got != want || k.avail != r.avail {
