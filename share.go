@@ -90,20 +90,49 @@ func (l Limits) AccruedCarry(s Share, d time.Duration, rem Remainder) (Amount, R
 // the share never covers it.
 func (l Limits) AccrualTime(s Share, n Amount) (d time.Duration, ok bool) {
 	p := l.Period()
-	dr, okr := accrualTime(l.RPM, s.Requests, n.Requests, p)
-	dt, okt := accrualTime(l.TPM, s.Tokens, n.Tokens, p)
+	dr, okr := accrualTime(l.RPM, s.Requests, n.Requests, p, 0)
+	dt, okt := accrualTime(l.TPM, s.Tokens, n.Tokens, p, 0)
 	return max(dr, dt), okr && okt
 }
 
-func accrualTime(rate int64, ppm uint32, n int64, period time.Duration) (time.Duration, bool) {
+// NextAccrual returns the shortest d at which AccruedCarry(s, d, rem)
+// exceeds total in some dimension (a whole number of microseconds); ok is
+// false when it never does: no dimension has both a rate and a share, or
+// those that do are at MaxAmount already. Until d, a look at the accrual
+// finds nothing new.
+func (l Limits) NextAccrual(s Share, total Amount, rem Remainder) (d time.Duration, ok bool) {
+	p := l.Period()
+	d = 1<<63 - 1
+	for _, x := range [2]struct {
+		rate  int64
+		ppm   uint32
+		total int64
+		rem   uint64
+	}{{l.RPM, s.Requests, total.Requests, rem.Requests}, {l.TPM, s.Tokens, total.Tokens, rem.Tokens}} {
+		if x.rate <= 0 || x.ppm == 0 || x.total >= MaxAmount {
+			continue
+		}
+		dx, _ := accrualTime(x.rate, x.ppm, x.total+1, p, x.rem)
+		d, ok = min(d, dx), true
+	}
+	return d, ok
+}
+
+// accrualTime is how long ppm of rate takes to accrue n whole units with
+// rem (less than one unit, as AccruedRem counts it) carried in: the least
+// d in microseconds with rate × ppm × d + rem >= n × period × ShareUnit.
+func accrualTime(rate int64, ppm uint32, n int64, period time.Duration, rem uint64) (time.Duration, bool) {
 	if rate <= 0 || n <= 0 {
 		return 0, true
 	}
 	if ppm == 0 {
 		return 0, false
 	}
-	// n × period × ShareUnit / (rate × ppm) microseconds, rounded up.
+	// (n × period × ShareUnit − rem) / (rate × ppm) microseconds, rounded up.
 	hi, lo := bits.Mul64(uint64(n), uint64(period/time.Microsecond)*ShareUnit)
+	var b uint64
+	lo, b = bits.Sub64(lo, rem, 0)
+	hi -= b
 	div := uint64(rate) * uint64(ppm)
 	if hi >= div {
 		return 1<<63 - 1, true

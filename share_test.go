@@ -1,6 +1,7 @@
 package ration_test
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -96,5 +97,38 @@ func TestShareAccruedCarry(t *testing.T) {
 	}
 	if sum.Requests != 15 { // 10 s × (1.5625 + 1.5624)/2 per second, rounded down
 		t.Fatalf("renewed shares accrued %d requests, want 15", sum.Requests)
+	}
+}
+
+// NextAccrual names the first microsecond at which the carried accrual
+// exceeds a total.
+func TestShareNextAccrual(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	rates := []int64{0, 1, 7, 600, 90_000, 1_000_000_000_000}
+	for i := range 20_000 {
+		lim := ration.Limits{RPM: rates[rng.IntN(len(rates))], TPM: rates[rng.IntN(len(rates))]}
+		if i%3 == 0 {
+			lim.Window = 24 * time.Hour
+		}
+		s := ration.Share{Requests: uint32(rng.IntN(ration.ShareUnit + 1)), Tokens: uint32(rng.IntN(ration.ShareUnit + 1))}
+		div := uint64(lim.Period()/time.Microsecond) * ration.ShareUnit
+		rem := ration.Remainder{Requests: rng.Uint64N(div), Tokens: rng.Uint64N(div)}
+		at := time.Duration(rng.Int64N(100_000_000)) * time.Microsecond
+		total, _ := lim.AccruedCarry(s, at, rem)
+		d, ok := lim.NextAccrual(s, total, rem)
+		if !ok {
+			if lim.RPM > 0 && s.Requests > 0 || lim.TPM > 0 && s.Tokens > 0 {
+				t.Fatalf("%+v %+v: no next accrual after %+v", lim, s, total)
+			}
+			continue
+		}
+		got, _ := lim.AccruedCarry(s, d, rem)
+		before, _ := lim.AccruedCarry(s, d-time.Microsecond, rem)
+		if got.Requests <= total.Requests && got.Tokens <= total.Tokens {
+			t.Fatalf("%+v %+v: at %v accrued %+v, not past %+v", lim, s, d, got, total)
+		}
+		if before.Requests > total.Requests || before.Tokens > total.Tokens {
+			t.Fatalf("%+v %+v: %v is not the first microsecond past %+v (%+v before)", lim, s, d, total, before)
+		}
 	}
 }

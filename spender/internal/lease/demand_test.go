@@ -33,7 +33,7 @@ func TestDemandEstimateTimeConstant(t *testing.T) {
 			for ; arrival < now; arrival += rng.ExpFloat64() {
 				spent.Requests++
 			}
-			ss.trackDemand(spent, bucket.Instant(i)*bucket.Instant(tick/time.Microsecond))
+			ss.trackDemand(spent, ration.Amount{}, bucket.Instant(i)*bucket.Instant(tick/time.Microsecond))
 			if i > 4*30 { // past a warm-up of 30 s
 				sum += ss.demReq
 				sumSq += (ss.demReq - 1) * (ss.demReq - 1)
@@ -59,15 +59,15 @@ func TestDemandEstimateTimeConstant(t *testing.T) {
 			if i%2 == 0 {
 				spent.Requests++ // 2.5 a tick
 			}
-			ss.trackDemand(spent, at(i))
+			ss.trackDemand(spent, ration.Amount{}, at(i))
 		}
-		if ss.tau() != demandTau {
-			t.Fatalf("time constant %v at %.1f/s, want %v", ss.tau(), ss.demReq, demandTau)
+		if ss.tau(ration.Amount{}) != demandTau {
+			t.Fatalf("time constant %v at %.1f/s, want %v", ss.tau(ration.Amount{}), ss.demReq, demandTau)
 		}
 		for range 4 { // one second at 100/s
 			i++
 			spent.Requests += 25
-			ss.trackDemand(spent, at(i))
+			ss.trackDemand(spent, ration.Amount{}, at(i))
 		}
 		if ss.demReq < 60 {
 			t.Errorf("estimate %.1f/s a second after a step from 10/s to 100/s, want at least 60 (1 - 1/e of the step)", ss.demReq)

@@ -40,7 +40,11 @@ type Key struct {
 	// ss is the key's refill share and demand estimate; nil until the key
 	// first gets a share or refuses a request (most keys never do, and
 	// the state of every key stays small).
-	ss       *shareState
+	ss *shareState
+	// cost is the last cost seen since the share state was made: the
+	// share rules' unit. It is the key's, not the share state's, so that
+	// an admission writes no other memory.
+	cost     ration.Amount
 	rejected error  // the allocator refused the key's entry as invalid (ErrKeyRejected)
 	gen      uint32 // moves on each time the lease is seen to expire
 	queued   bool   // waiting for the next Acquire
@@ -153,27 +157,20 @@ func (k *Key) Gen() uint32 { return k.gen }
 // until the lease expires (see docs/leasing.md, "Rate shares"), and what
 // the key's traffic asked, which the share follows.
 type shareState struct {
+	acc   accrual        // what the share credited, as admissions look at it (see accrue); first, for the admit path
 	share ration.Share   // per dimension, in millionths of the refill rate; zero = none
 	fair  ration.Share   // the allocator's fair share for the demand; above share, others still hold the rest
 	lim   ration.Limits  // the limits the share was granted on (sent in that call)
 	burst ration.Amount  // accrual stops while avail + outstanding reach this
 	from  bucket.Instant // receipt of the answer that granted it: accrual counts from here
 	sent  bucket.Instant // first send of the last call that carried the key
-	// credited is the share's accrual from `from` that has been accounted
-	// for (added to the lease, or dropped at the burst): each look credits
-	// the accrual to date less this, so rounding neither loses nor gains.
-	credited ration.Amount
 	// carried is the fraction of a unit the previous share left over,
 	// added to this one's accrual; left is the fraction left at the last
-	// look, carried into the next share. Renewed every few seconds, a small
-	// share would otherwise lose half a unit per renewal to rounding (4% of
-	// a gateway's part of 600 requests a minute among four).
+	// look of a share that ended, carried into the next. Renewed every few
+	// seconds, a small share would otherwise lose half a unit per renewal
+	// to rounding (4% of a gateway's part of 600 requests a minute among
+	// four). What this share credited is the key's acc.
 	carried, left ration.Remainder
-	// looked is the instant of the last look (if lookedSet): a look at the
-	// same instant, with the same share, can credit nothing more, and
-	// skips the arithmetic (a busy key looks several times a microsecond).
-	looked    bucket.Instant
-	lookedSet bool
 	// paused: a call carrying the key was sent and its answer not yet
 	// applied. Nothing accrues until an answer brings a new share, so that
 	// the held reported in that call stays the most this spender may hold.
@@ -193,7 +190,6 @@ type shareState struct {
 	demSet         bool          // demAt and demBase are set
 	demWarm        bool          // the estimate has had its first interval
 	sentDem        ration.Amount // the demand sent with the call that granted the share, per minute
-	cost           ration.Amount // the last cost seen: the renewal rules' unit
 }
 
 // shares returns k's share state, making it: its demand estimate starts
@@ -201,42 +197,9 @@ type shareState struct {
 func (k *Key) shares() *shareState {
 	if k.ss == nil {
 		k.ss = &shareState{demReq: k.rateReq, demTok: k.rateTok}
+		k.cost = ration.Amount{}
 	}
 	return k.ss
-}
-
-// accrue adds k's share accrued up to now to the lease, exactly (the
-// share's accrual from its start, rounded down, less what was credited
-// before), and returns what it added. Accrual stops at the lease's expiry,
-// while the key is in a call, and while avail + outstanding are at the
-// share's burst: the excess is dropped, not banked, and accrual never takes
-// avail + outstanding above the burst. Only the limited dimensions are
-// kept, as everywhere in the lease.
-func (k *Key) accrue(now bucket.Instant) ration.Amount {
-	ss := k.ss
-	if ss == nil || ss.paused || ss.share.Zero() || ss.lookedSet && now == ss.looked {
-		return ration.Amount{}
-	}
-	total, left := ss.lim.AccruedCarry(ss.share, min(now, k.expiry).Sub(ss.from), ss.carried)
-	ss.left, ss.looked, ss.lookedSet = left, now, true
-	delta := total.Sub(ss.credited).Positive()
-	if delta == (ration.Amount{}) {
-		return ration.Amount{}
-	}
-	ss.credited = ss.credited.Max(total)
-	if now >= k.expiry {
-		return ration.Amount{} // an expired lease is never spent
-	}
-	level := k.avail.Add(k.outstanding)
-	var add ration.Amount
-	if k.lim.RPM > 0 {
-		add.Requests = min(delta.Requests, max(0, ss.burst.Requests-level.Requests))
-	}
-	if k.lim.TPM > 0 {
-		add.Tokens = min(delta.Tokens, max(0, ss.burst.Tokens-level.Tokens))
-	}
-	k.avail = k.avail.Add(add)
-	return add
 }
 
 // setShare replaces k's share with the one an answer received at recv
@@ -248,24 +211,26 @@ func (k *Key) setShare(share ration.Share, burst ration.Amount, fair ration.Shar
 		return
 	}
 	ss := k.shares()
-	ss.trackDemand(k.spentTotal, recv)
+	k.keepLeft()
+	ss.trackDemand(k.spentTotal, k.cost, recv)
 	ss.share, ss.lim, ss.burst, ss.fair = share, lim, burst, share
 	if hasFair {
 		ss.fair = fair
 	}
-	ss.from, ss.sent, ss.credited, ss.paused, ss.lookedSet = recv, sent, ration.Amount{}, false, false
+	ss.from, ss.sent, ss.paused = recv, sent, false
 	ss.carried = ss.left
 	ss.sentDem = dem
+	k.startAccrual()
 }
 
 // refuse counts c, refused at now, as demand.
 func (k *Key) refuse(c ration.Amount, now bucket.Instant) {
 	ss := k.shares()
-	ss.trackDemand(k.spentTotal, now) // (starts the estimate before counting c)
+	ss.trackDemand(k.spentTotal, k.cost, now) // (starts the estimate before counting c)
 	c = k.lim.Limited(c)
 	ss.refused = ss.refused.Add(c)
 	ss.refusedTotal = ss.refusedTotal.Add(c)
-	ss.lastRefused, ss.cost = now, c
+	ss.lastRefused, k.cost = now, c
 }
 
 // demand is what the key's traffic asks per minute (admitted and
@@ -279,9 +244,9 @@ func (k *Key) demand(now bucket.Instant, idle time.Duration) ration.Amount {
 	r, t, gap := k.rateReq, k.rateTok, now.Sub(k.lastAsked())
 	stopped := idle > 0 && gap >= idle
 	if ss := k.ss; ss != nil {
-		ss.trackDemand(k.spentTotal, now)
+		ss.trackDemand(k.spentTotal, k.cost, now)
 		r, t = ss.demReq, ss.demTok
-		if stopped = idle > 0 && (gap >= idle || ss.silent(gap)); stopped {
+		if stopped = idle > 0 && (gap >= idle || ss.silent(gap, k.cost)); stopped {
 			ss.demReq, ss.demTok = 0, 0 // start again from the next traffic
 		}
 	}
@@ -319,13 +284,13 @@ func (k *Key) lastAsked() bucket.Instant {
 // once, rather than through renewals that follow the estimate down: it
 // halves in 0.7 time constants, and each renewal since the last reports
 // only that.
-func (ss *shareState) silent(gap time.Duration) bool {
+func (ss *shareState) silent(gap time.Duration, cost ration.Amount) bool {
 	if gap <= 0 {
 		return false
 	}
 	sec := gap.Seconds() / 60 // the demand is per minute
-	return float64(ss.sentDem.Requests)*sec >= 16*float64(max(1, ss.cost.Requests)) && ss.sentDem.Requests > 0 ||
-		float64(ss.sentDem.Tokens)*sec >= 16*float64(max(1, ss.cost.Tokens)) && ss.sentDem.Tokens > 0
+	return float64(ss.sentDem.Requests)*sec >= 16*float64(max(1, cost.Requests)) && ss.sentDem.Requests > 0 ||
+		float64(ss.sentDem.Tokens)*sec >= 16*float64(max(1, cost.Tokens)) && ss.sentDem.Tokens > 0
 }
 
 // overReserves reports whether what was reserved is more than one and a
@@ -366,9 +331,7 @@ func (k *Key) record(c ration.Amount, now bucket.Instant) {
 	if !k.rated {
 		k.lastCost = c
 	}
-	if k.ss != nil {
-		k.ss.cost = c
-	}
+	k.cost = c
 	k.lastUse = now
 }
 
@@ -558,9 +521,9 @@ const (
 // last cost's) takes to send demandCount requests. An estimate at zero (no
 // traffic yet, or a key that stopped) takes the next traffic at the
 // shortest constant, so that a share follows a gateway that just got busy.
-func (ss *shareState) tau() time.Duration {
+func (ss *shareState) tau(cost ration.Amount) time.Duration {
 	perSec := ss.demReq
-	if c := ss.cost.Tokens; c > 0 {
+	if c := cost.Tokens; c > 0 {
 		perSec = max(perSec, ss.demTok/float64(c))
 	}
 	if perSec <= 0 {
@@ -573,7 +536,7 @@ func (ss *shareState) tau() time.Duration {
 // trackDemand brings the demand estimate up to now: the rate asked
 // (admitted, net of refunds, plus refused) since the last update, weighted
 // by 1 - e^(-dt/tau).
-func (ss *shareState) trackDemand(spent ration.Amount, now bucket.Instant) {
+func (ss *shareState) trackDemand(spent, cost ration.Amount, now bucket.Instant) {
 	asked := spent.Add(ss.refusedTotal)
 	if !ss.demSet {
 		ss.demSet, ss.demAt, ss.demBase = true, now, asked
@@ -585,7 +548,7 @@ func (ss *shareState) trackDemand(spent ration.Amount, now bucket.Instant) {
 	}
 	d := asked.Sub(ss.demBase).Positive()
 	sec := dt.Seconds()
-	a := 1 - math.Exp(-sec/ss.tau().Seconds())
+	a := 1 - math.Exp(-sec/ss.tau(cost).Seconds())
 	if !ss.demWarm { // the first interval has no estimate to weigh against
 		a, ss.demWarm = 1, true
 	}
@@ -628,7 +591,7 @@ func (k *Key) want(horizon time.Duration) ration.Amount {
 		// the allocator sizes the share's burst from it, and a burst below
 		// one request (a gateway that sees a request every few seconds)
 		// would be no share at all.
-		target = target.Max(k.ss.cost)
+		target = target.Max(k.cost)
 	}
 	target = target.Add(k.waitSum)
 	need := k.need()

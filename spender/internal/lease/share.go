@@ -68,7 +68,7 @@ func (k *Key) globalShort(n ration.Amount, now bucket.Instant, fresh time.Durati
 	// holds only what returns brought back, and a fleet that asked for
 	// every sliver of it would be back to a call per admission. A bucket
 	// with more than that is not saturated: ask rather than refuse.
-	worth := ration.Amount{Requests: 8 * k.ss.cost.Requests, Tokens: 8 * k.ss.cost.Tokens}
+	worth := ration.Amount{Requests: 8 * k.cost.Requests, Tokens: 8 * k.cost.Tokens}
 	active := int64(max(1, k.active))
 	lim := k.lim
 	capacity := lim.Capacity()
@@ -211,7 +211,7 @@ func (ss *shareState) owed() bool {
 // rate.
 func (k *Key) demandMoved(now bucket.Instant) bool {
 	ss, lim := k.ss, k.lim
-	ss.trackDemand(k.spentTotal, now)
+	ss.trackDemand(k.spentTotal, k.cost, now)
 	dt := now.Sub(ss.sent).Minutes()
 	if dt <= 0 {
 		return false
@@ -224,10 +224,10 @@ func (k *Key) demandMoved(now bucket.Instant) bool {
 		asked, share, was float64 // per minute
 		cost              int64
 	}{
-		{lim.RPM > 0, ss.share.Requests, float64(asked.Requests), shareReq, float64(ss.sentDem.Requests), ss.cost.Requests},
-		{lim.TPM > 0, ss.share.Tokens, float64(asked.Tokens), shareTok, float64(ss.sentDem.Tokens), ss.cost.Tokens},
+		{lim.RPM > 0, ss.share.Requests, float64(asked.Requests), shareReq, float64(ss.sentDem.Requests), k.cost.Requests},
+		{lim.TPM > 0, ss.share.Tokens, float64(asked.Tokens), shareTok, float64(ss.sentDem.Tokens), k.cost.Tokens},
 	}
-	if !ss.share.Zero() && ss.silent(now.Sub(k.lastAsked())) {
+	if !ss.share.Zero() && ss.silent(now.Sub(k.lastAsked()), k.cost) {
 		return true // it stopped: give the share back now
 	}
 	low, seen := true, false
@@ -235,7 +235,7 @@ func (k *Key) demandMoved(now bucket.Instant) bool {
 		if !d.limited {
 			continue
 		}
-		if ref := max(d.share, d.was); ss.refused != (ration.Amount{}) && d.asked > 1.25*ref && risenBeyondNoise(d.asked, ref, d.cost, ss.tau()) {
+		if ref := max(d.share, d.was); ss.refused != (ration.Amount{}) && d.asked > 1.25*ref && risenBeyondNoise(d.asked, ref, d.cost, ss.tau(k.cost)) {
 			return true
 		}
 		if d.ppm == 0 {
@@ -282,9 +282,9 @@ func (k *Key) returnExcess(horizon time.Duration, now bucket.Instant) {
 	if ss == nil || ss.share.Zero() || now >= k.expiry {
 		return
 	}
-	ss.trackDemand(k.spentTotal, now)
+	ss.trackDemand(k.spentTotal, k.cost, now)
 	h := horizon.Seconds()
-	keep := ration.Amount{Requests: int64(ss.demReq*h) + ss.cost.Requests, Tokens: int64(ss.demTok*h) + ss.cost.Tokens}
+	keep := ration.Amount{Requests: int64(ss.demReq*h) + k.cost.Requests, Tokens: int64(ss.demTok*h) + k.cost.Tokens}
 	excess := k.lim.Limited(k.avail.Sub(keep).Positive())
 	k.avail = k.avail.Sub(excess)
 	k.ret = k.ret.Add(excess)

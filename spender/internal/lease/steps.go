@@ -174,9 +174,7 @@ func (k *Key) GiveBack(a ration.Amount) { k.ret = k.ret.Add(a) }
 // share accrued.
 func (e *Env) Entry(k *Key, now bucket.Instant) (Entry, ration.Amount) {
 	accrued := k.accrue(now)
-	if ss := k.ss; ss != nil {
-		ss.paused, ss.sent = true, now
-	}
+	k.pauseShare(now)
 	k.valid(now)
 	k.updateRate(now)
 	want := k.need()
@@ -300,9 +298,7 @@ func (e *Env) Scan(k *Key, now, soon bucket.Instant, force bool) (held bool, sha
 // at the allocator.
 func (k *Key) Release(now bucket.Instant) (en ReleaseEntry, accrued ration.Amount, ok bool) {
 	accrued = k.accrue(now)
-	if k.ss != nil {
-		k.ss.share = ration.Share{}
-	}
+	k.endShare()
 	k.valid(now)
 	ret := k.ret.Add(k.avail)
 	if ret == (ration.Amount{}) && k.debt == (ration.Amount{}) {
